@@ -1,0 +1,37 @@
+"""The durable engine: real ``dex.Flow`` definitions run by Ray actors over a store.
+
+Start one with :meth:`FlowEngine.start`; operate runs with its
+:class:`EngineClient` (``engine.client``) or :class:`SyncEngineClient`
+(``engine.sync_client()``), whose methods mirror ``dex.AsyncClient``.
+Mark a Step (or one movement) to run as a Ray task with
+:class:`RemoteStepOptions`.
+"""
+
+from dex_agents_ray.engine._client import EngineClient, StepHistoryEntry
+from dex_agents_ray.engine._engine import FlowEngine
+from dex_agents_ray.engine._errors import EngineError, HostCallError
+from dex_agents_ray.engine._options import (
+    EngineRecoveryErrorInfo,
+    RayTaskOptions,
+    RemoteStepOptions,
+    StepAttemptProgress,
+)
+from dex_agents_ray.engine._store import FlowStore, SqliteStoreConfig, StaleEpochError, StoreConfig
+from dex_agents_ray.engine._sync import SyncEngineClient
+
+__all__ = [
+    "EngineClient",
+    "EngineError",
+    "EngineRecoveryErrorInfo",
+    "FlowEngine",
+    "FlowStore",
+    "HostCallError",
+    "RayTaskOptions",
+    "RemoteStepOptions",
+    "SqliteStoreConfig",
+    "StaleEpochError",
+    "StepAttemptProgress",
+    "StepHistoryEntry",
+    "StoreConfig",
+    "SyncEngineClient",
+]

@@ -1,0 +1,96 @@
+"""One attempt of a Step handler: its deadline, heartbeat watchdog and outcome."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dex import RetryAfterError
+
+from dex_agents_ray.engine._invoke import StepResult
+
+
+@dataclass
+class AttemptOutcome:
+    """What an attempt produced: a mapped result, or a failure description."""
+
+    result: StepResult | None = None
+    error_type: str = ""
+    detail: str = ""
+    retry_after: float | None = None
+    infrastructure: bool = False
+    """The failure came from the runtime (a dead worker, a timeout), not user code."""
+
+
+class StepTimeoutError(TimeoutError):
+    """An attempt ran past its method timeout or its heartbeat timeout."""
+
+
+def describe_failure(error: BaseException) -> AttemptOutcome:
+    """Turn a handler's exception (possibly wrapped by Ray) into an outcome."""
+    retry_after: float | None = None
+    infrastructure = False
+    try:
+        import ray.exceptions as ray_errors
+    except ImportError:  # pragma: no cover - ray is a hard dependency
+        ray_errors = None  # type: ignore[assignment]
+    if ray_errors is not None and isinstance(error, ray_errors.RayTaskError):
+        cause = error.cause
+        if cause is not None:
+            error = cause
+    elif ray_errors is not None and isinstance(error, ray_errors.RayError):
+        infrastructure = True
+    if isinstance(error, RetryAfterError):
+        retry_after = float(error.after_seconds)
+        error = error.cause
+    return AttemptOutcome(
+        error_type=type(error).__name__,
+        detail=str(error) or type(error).__name__,
+        retry_after=retry_after,
+        infrastructure=infrastructure,
+    )
+
+
+async def watch_attempt(
+    task: asyncio.Future[Any],
+    *,
+    timeout: float,
+    heartbeat_timeout: float | None,
+    last_beat: Callable[[], float],
+    kill: Callable[[], None],
+    decode: Callable[[Any], StepResult],
+) -> AttemptOutcome:
+    """Wait for ``task`` under the method timeout and heartbeat timeout.
+
+    ``last_beat`` returns the loop time of the latest heartbeat (or the start);
+    ``kill`` stops the attempt when a deadline passes.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        wake = deadline
+        if heartbeat_timeout:
+            wake = min(wake, last_beat() + heartbeat_timeout)
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, wake - loop.time()))
+        if done:
+            error = task.exception()
+            if error is not None:
+                return describe_failure(error)
+            return AttemptOutcome(result=decode(task.result()))
+        now = loop.time()
+        if now >= deadline:
+            kill()
+            return AttemptOutcome(
+                error_type=StepTimeoutError.__name__,
+                detail=f"the attempt did not finish within its {timeout:g} s timeout",
+                infrastructure=True,
+            )
+        if heartbeat_timeout and now >= last_beat() + heartbeat_timeout:
+            kill()
+            return AttemptOutcome(
+                error_type=StepTimeoutError.__name__,
+                detail=f"no heartbeat within the {heartbeat_timeout:g} s heartbeat timeout",
+                infrastructure=True,
+            )

@@ -1,0 +1,412 @@
+"""``EngineClient``: the ``dex.AsyncClient`` surface over the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from dex import (
+    AttributeMap,
+    Flow,
+    FlowInfo,
+    FlowResult,
+    FlowStatus,
+    RPCInvokeOptions,
+    SearchFlowEntry,
+    SearchFlowsPage,
+    StartFlowOptions,
+    StopFlowOptions,
+    Stream,
+    StreamMessage,
+    StreamMessagesPage,
+)
+from dex.attribute import _apply_attribute_store_sync, _apply_hard_delete_on_null
+from dex.dexpb import dex_pb2 as pb
+from dex.flow_result import StepCompletion
+from dex.runtime_errors import (
+    ErrorSubStatus,
+    FlowErrorType,
+    FlowNotFoundError,
+    LongPollTimeoutError,
+    RequestTimeoutError,
+)
+
+from dex_agents_ray.engine._errors import unwrap
+from dex_agents_ray.engine._operations import StartRequest
+from dex_agents_ray.engine._query import matcher, parse_query
+from dex_agents_ray.engine._records import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from dex_agents_ray.engine._engine import FlowEngine
+
+_HOST_RETRY_SECONDS = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepHistoryEntry:
+    """One entry of a run's Step history, oldest first."""
+
+    at: datetime
+    step_execution_id: str
+    """The Step execution (``"{StepType}-{n}"``); empty for run-level events."""
+    event: str
+    """``flow_started``, ``step_scheduled``, ``wait_for_completed``, ``wait_satisfied``,
+    ``attempt_started``, ``attempt_failed``, ``step_completed``, ``step_failed``,
+    ``step_canceled``, ``rpc_applied`` or ``flow_closed``."""
+    detail: dict[str, Any]
+
+
+def _dex_status(status: RunStatus) -> FlowStatus:
+    return FlowStatus(status.value)
+
+
+def _timeout(flow_id: str, detail: str) -> RequestTimeoutError:
+    return RequestTimeoutError(
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        ErrorSubStatus.REQUEST_TIMEOUT,
+        detail,
+        "WaitForFlow",
+        flow_id,
+    )
+
+
+def _not_found(flow_id: str, operation: str) -> FlowNotFoundError:
+    return FlowNotFoundError(
+        grpc.StatusCode.NOT_FOUND,
+        ErrorSubStatus.FLOW_NOT_EXISTS,
+        f"flow {flow_id!r} does not exist",
+        operation,
+        flow_id,
+    )
+
+
+class EngineClient:
+    """Start, signal, inspect and wait for flow runs (mirrors ``dex.AsyncClient``)."""
+
+    def __init__(self, engine: FlowEngine) -> None:
+        self._engine = engine
+        self._values = engine.values
+
+    # -- host calls --------------------------------------------------------------------
+
+    async def _call(self, flow_id: str, method: str, *args: Any) -> Any:
+        """Call a host method, retrying while Ray restarts a crashed host.
+
+        Every mutating call carries a request ID, so a retried call whose first
+        try did apply returns the first result instead of applying again.
+        """
+        import ray.exceptions
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _HOST_RETRY_SECONDS
+        while True:
+            host = self._engine.host(flow_id)
+            try:
+                return unwrap(await getattr(host, method).remote(flow_id, *args))
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError):
+                if loop.time() > deadline:
+                    raise
+                self._engine.forget_host(flow_id)
+                await asyncio.sleep(0.2)
+
+    # -- starting and signalling -------------------------------------------------------
+
+    async def start_flow(
+        self,
+        flow: Flow[Any],
+        flow_id: str,
+        input: object,
+        options: StartFlowOptions | None = None,
+    ) -> str:
+        """Start a run of ``flow`` with ID ``flow_id``; returns the run ID."""
+        options = options or StartFlowOptions()
+        registered, flow_hash = self._engine.registered(flow)
+        _refuse_unsupported(options)
+        start = registered.start_step
+        if start is None:
+            raise ValueError(f"Flow {registered.name} has no start Step")
+        encoded = self._values.encode(input, start.input_codec)
+        request = StartRequest(
+            flow_type=registered.name,
+            flow_hash=flow_hash,
+            input=encoded.SerializeToString(),
+            attribute_writes=self._initial_writes(registered, options),
+            id_reuse_policy=options.id_reuse_policy.value,
+            ignore_already_started=options.ignore_already_started,
+            request_id=options.request_id or str(uuid.uuid4()),
+            start_delay=None if options.start_delay is None else options.start_delay.total_seconds(),
+        )
+        return str(await self._call(_require_id(flow_id), "start_flow", request))
+
+    def _initial_writes(self, registered: Any, options: StartFlowOptions) -> list[bytes]:
+        writes = []
+        for init in options._attribute_initializations:
+            definition = init.definition
+            if registered.persistence.get(definition.name) is not definition:
+                raise ValueError(
+                    f"StartFlowOptions.with_attribute: {definition.name!r} is not an Attribute "
+                    f"of Flow {registered.name}"
+                )
+            key = (
+                f"{definition.name}/{_quote(init.instance)}"
+                if isinstance(definition, AttributeMap) and init.instance is not None
+                else definition.name
+            )
+            write = pb.AttributeWrite(
+                key=key, value=self._values.encode(init.value, self._values.codec(definition.value_type))
+            )
+            index = self._values.index_config(definition.index, isinstance(definition, AttributeMap))
+            if index is not None:
+                write.index_config.CopyFrom(index)
+            _apply_attribute_store_sync(write, definition)
+            _apply_hard_delete_on_null(write, definition)
+            writes.append(write.SerializeToString())
+        return writes
+
+    async def invoke_rpc(
+        self,
+        rpc_method: Callable[..., Any],
+        flow_id: str,
+        input: object = None,
+        *,
+        run_id: str = "",
+        options: RPCInvokeOptions | None = None,
+        request_id: str | None = None,
+    ) -> Any:
+        """Invoke an ``@rpc`` of a running flow (pass the bound method)."""
+        registry = self._engine.registry
+        registered, rpc = registry._rpc_for_method(rpc_method)
+        locks, attribute_loads, channel_loads = registry._resolve_rpc_invoke_options(
+            registered, options or RPCInvokeOptions()
+        )
+        encoded = (
+            self._values.encode(input, rpc.input_codec).SerializeToString()
+            if rpc.input_codec is not None
+            else None
+        )
+        output = await self._call(
+            _require_id(flow_id),
+            "invoke_rpc",
+            rpc.name,
+            encoded,
+            request_id or str(uuid.uuid4()),
+            (tuple(locks), tuple(attribute_loads), tuple(channel_loads)),
+        )
+        value = pb.Value.FromString(output)
+        if rpc.output_codec is None:
+            return None
+        return self._values.decode(value, rpc.output_codec)
+
+    async def stop_flow(self, flow_id: str, options: StopFlowOptions | None = None) -> None:
+        """Cancel, terminate or fail a running flow."""
+        options = options or StopFlowOptions()
+        await self._call(_require_id(flow_id), "stop_flow", options.type.value, options.reason)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _run(self, flow_id: str, operation: str) -> RunRecord:
+        run = await self._engine.store.get_run(_require_id(flow_id))
+        if run is None:
+            raise _not_found(flow_id, operation)
+        return run
+
+    async def describe_flow(self, flow_id: str) -> FlowInfo:
+        run = await self._run(flow_id, "DescribeFlow")
+        return FlowInfo(
+            flow_id=run.flow_id,
+            run_id=run.run_id,
+            flow_type=run.flow_type,
+            status=_dex_status(run.status),
+            started_at=datetime.fromtimestamp(run.started_at, UTC),
+        )
+
+    async def wait_for_flow(self, flow_id: str, timeout: float | None = None) -> FlowResult:
+        """Wait until the run closes; returns its status and Step outputs."""
+        run = await self._run(flow_id, "WaitForFlow")
+        if run.status is RunStatus.RUNNING:
+            closed = await self._call(flow_id, "wait_closed", timeout)
+            if not closed:
+                raise _timeout(flow_id, f"flow {flow_id!r} did not close within {timeout} s")
+            run = await self._run(flow_id, "WaitForFlow")
+        completions = await self._engine.store.completions(flow_id)
+        decode = self._decode_output
+        return FlowResult(
+            _dex_status(run.status),
+            [
+                StepCompletion(
+                    pb.StepCompletionOutput(
+                        completed_step_type=c.step_type,
+                        completed_step_execution_id=c.exec_id,
+                        completed_step_output=pb.Value.FromString(c.output),
+                    ),
+                    decode,
+                )
+                for c in completions
+            ],
+            FlowErrorType(run.error_type) if run.error_type else None,
+            run.error_message or None,
+        )
+
+    def _decode_output(self, value: pb.Value, output_type: type[Any]) -> Any:
+        return self._values.decode(value, self._values.codec(output_type))
+
+    async def search_flows(
+        self, query: str, page_size: int, next_page_token: str = ""
+    ) -> SearchFlowsPage:
+        """Find runs by ``FlowType``, ``ActiveStepTypes`` and indexed Attributes."""
+        if page_size <= 0:
+            raise ValueError(f"search_flows: page_size must be positive, got {page_size}")
+        try:
+            offset = int(next_page_token or "0")
+        except ValueError as error:
+            raise ValueError(f"search_flows: invalid next_page_token {next_page_token!r}") from error
+        predicate = matcher(parse_query(query))
+        hits = [run for run in await self._engine.store.list_runs() if predicate(_fields(run))]
+        page = hits[offset : offset + page_size]
+        more = offset + page_size < len(hits)
+        return SearchFlowsPage(
+            flows=[
+                SearchFlowEntry(
+                    flow_id=run.flow_id,
+                    run_id=run.run_id,
+                    flow_type=run.flow_type,
+                    status=_dex_status(run.status),
+                    started_at=datetime.fromtimestamp(run.started_at, UTC),
+                    closed_at=None
+                    if run.closed_at is None
+                    else datetime.fromtimestamp(run.closed_at, UTC),
+                    indexed_attributes={
+                        k: self._values.to_value(_search_value(v))
+                        for k, v in run.search_attributes.items()
+                    },
+                )
+                for run in page
+            ],
+            next_page_token=str(offset + page_size) if more else "",
+        )
+
+    async def read_step_history(self, flow_id: str) -> list[StepHistoryEntry]:
+        """The run's Step history, oldest first."""
+        await self._run(flow_id, "ReadStepHistory")
+        return [
+            StepHistoryEntry(
+                at=datetime.fromtimestamp(h.at, UTC),
+                step_execution_id=h.exec_id,
+                event=h.event,
+                detail=h.detail,
+            )
+            for h in await self._engine.store.history(flow_id)
+        ]
+
+    # -- streams -----------------------------------------------------------------------
+
+    async def read_stream(
+        self,
+        flow_id: str,
+        stream: Stream[Any],
+        resume_token: str = "",
+        timeout: float | None = None,
+    ) -> StreamMessage[Any]:
+        """The next message after ``resume_token`` (long poll up to ``timeout``)."""
+        after = _offset(resume_token)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            records = await self._engine.store.read_stream(flow_id, stream.name, after, 1)
+            if records:
+                return self._stream_message(stream, records[0])
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise LongPollTimeoutError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ErrorSubStatus.LONG_POLL_TIMEOUT,
+                    f"no message on Stream {stream.name!r} of {flow_id!r} within {timeout} s",
+                    "ReadStream",
+                    flow_id,
+                )
+            wait = 5.0 if remaining is None else min(remaining, 5.0)
+            await self._call(flow_id, "wait_stream", stream.name, wait)
+
+    async def list_stream_messages(
+        self, flow_id: str, stream: Stream[Any], page_size: int, before_page_token: str = ""
+    ) -> StreamMessagesPage[Any]:
+        """Retained messages, newest first, ``page_size`` at a time."""
+        if page_size <= 0:
+            raise ValueError(f"list_stream_messages: page_size must be positive, got {page_size}")
+        before = _offset(before_page_token) if before_page_token else None
+        records = await self._engine.store.list_stream(flow_id, stream.name, before, page_size + 1)
+        page = records[:page_size]
+        return StreamMessagesPage(
+            messages=[self._stream_message(stream, r) for r in page],
+            next_page_token=str(page[-1].offset) if len(records) > page_size else "",
+        )
+
+    def _stream_message(self, stream: Stream[Any], record: Any) -> StreamMessage[Any]:
+        value = self._values.decode(
+            pb.Value.FromString(record.value), self._values.codec(stream.value_type)
+        )
+        return StreamMessage(
+            value=value,
+            resume_token=str(record.offset),
+            created_time=datetime.fromtimestamp(record.created_at, UTC),
+            source=record.source,
+        )
+
+
+def _refuse_unsupported(options: StartFlowOptions) -> None:
+    if options.timeout is not None:
+        raise ValueError("StartFlowOptions.timeout: flow timeouts are not supported by this engine")
+    if options.retry_policy is not None:
+        raise ValueError("StartFlowOptions.retry_policy: flow retries are not supported by this engine")
+
+
+def _require_id(flow_id: str) -> str:
+    if not isinstance(flow_id, str) or not flow_id.strip():
+        raise ValueError(f"flow_id must be a non-empty string, got {flow_id!r}")
+    return flow_id
+
+
+def _quote(instance: str) -> str:
+    from dex import Registry
+
+    return Registry.physical_name("", instance)[1:]
+
+
+def _offset(token: str) -> int:
+    if not token:
+        return 0
+    try:
+        return int(token)
+    except ValueError as error:
+        raise ValueError(f"invalid Stream token {token!r}") from error
+
+
+def _fields(run: RunRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(run.search_attributes)
+    fields.update(
+        FlowType=run.flow_type,
+        FlowId=run.flow_id,
+        RunId=run.run_id,
+        ExecutionStatus=run.status.value,
+        ActiveStepTypes=list(run.active_step_types),
+    )
+    return fields
+
+
+def _search_value(value: Any) -> pb.Value:
+    if isinstance(value, bool):
+        return pb.Value(bool_value=value)
+    if isinstance(value, int):
+        return pb.Value(int_value=value)
+    if isinstance(value, float):
+        return pb.Value(double_value=value)
+    if isinstance(value, str):
+        return pb.Value(string_value=value)
+    import json
+
+    return pb.Value(obj_value=pb.EncodedObject(encoding="json", payload=json.dumps(value).encode()))

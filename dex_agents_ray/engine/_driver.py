@@ -1,0 +1,622 @@
+"""Drives one flow run inside its host: Steps, waits, timers, RPCs, commits.
+
+Every change to the run goes through ``_commit`` under the run's commit lock:
+the store applies it in one transaction fenced by the ownership epoch, and
+only then does memory change. Each active Step execution has one asyncio task
+that moves it through ``wait_for`` → waiting → ``execute`` attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dex._invocation_context import InvocationMethod
+from dex.dexpb import dex_pb2 as pb
+from dex.flow import _RegisteredFlow
+
+from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
+from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine._invoke import FlowMapper, StepResult, invoke_step
+from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
+from dex_agents_ray.engine._records import (
+    Commit,
+    ExecRecord,
+    ExecStatus,
+    LoadedRun,
+    RecoveryRecord,
+    RunStatus,
+)
+from dex_agents_ray.engine._remote import ABANDONED, decode_result, remote_step_function
+from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT, next_retry_delay
+from dex_agents_ray.engine._state import RunState, Tx
+from dex_agents_ray.engine._store import FlowStore, StaleEpochError
+from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at
+
+logger = logging.getLogger("dex_agents_ray.engine")
+
+_FAIL_PROCEED = pb.EXECUTE_METHOD_FAILURE_POLICY_PROCEED_TO_CONFIGURED_STEP
+_WAIT_FOR_PROCEED = pb.WAIT_FOR_METHOD_FAILURE_POLICY_PROCEED_ON_FAILURE
+
+
+@dataclass
+class FlowDefinition:
+    """A registered Flow as one host process holds it."""
+
+    flow_type: str
+    flow_hash: str
+    blob: bytes
+    flow: _RegisteredFlow
+    mapper: FlowMapper
+    blob_ref: Any = None
+    """The blob in Ray's object store, put once and passed to remote tasks."""
+
+
+@dataclass
+class _Live:
+    """In-memory bookkeeping for one running attempt."""
+
+    attempt: int
+    last_beat: float
+    kill: Callable[[], None]
+
+
+class RunDriver:
+    """Owns one run inside a host while the host holds its ownership epoch."""
+
+    def __init__(
+        self,
+        *,
+        store: FlowStore,
+        flow_id: str,
+        epoch: int,
+        definition: FlowDefinition | None,
+        host_handle: Any,
+        on_stream: Callable[[str, str, str, pb.StepStreamWrite], None],
+    ) -> None:
+        self.store = store
+        self.flow_id = flow_id
+        self.epoch = epoch
+        self.definition = definition
+        self.state = RunState()
+        self.locks = LockTable()
+        self.commit_lock = asyncio.Lock()
+        self.stale = False
+        self._host_handle = host_handle
+        self._on_stream = on_stream
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._live: dict[str, _Live] = {}
+        self._changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._timer: asyncio.TimerHandle | None = None
+        self._evaluating: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def load(self, loaded: LoadedRun) -> None:
+        self.state.load(
+            loaded.run, loaded.attributes, loaded.messages, loaded.executions, loaded.completions
+        )
+
+    def start(self) -> None:
+        """Resume every active execution and look at the waits once."""
+        for record in self.state.active_execs():
+            self._spawn(record.exec_id)
+        self.schedule_evaluation()
+
+    async def stop(self) -> None:
+        """Stop every task of this run in this process (the store keeps the run)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        for live in list(self._live.values()):
+            live.kill()
+        tasks = [*self._tasks.values(), *self._background]
+        if self._evaluating is not None:
+            tasks.append(self._evaluating)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def changed(self) -> asyncio.Future[None]:
+        """A future resolved at the next applied commit."""
+        return self._changed
+
+    def _notify(self) -> None:
+        future, self._changed = self._changed, asyncio.get_running_loop().create_future()
+        future.set_result(None)
+
+    def _spawn(self, exec_id: str) -> None:
+        if exec_id not in self._tasks:
+            task = asyncio.create_task(self._drive(exec_id), name=f"{self.flow_id}/{exec_id}")
+            self._tasks[exec_id] = task
+
+    def background(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- commits -----------------------------------------------------------------------
+
+    def tx(self) -> Tx:
+        return Tx(self.state, self.epoch, time.time())
+
+    async def commit(self, tx: Tx | Commit, *, replace_run: bool = False) -> Commit:
+        """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``."""
+        built = tx.build() if isinstance(tx, Tx) else tx
+        try:
+            await self.store.commit(built, replace_run=replace_run)
+        except StaleEpochError:
+            self.stale = True
+            raise
+        self.state.apply(built, replace_run=replace_run)
+        if isinstance(tx, Tx):
+            self._after(tx)
+        self._notify()
+        return built
+
+    def _after(self, tx: Tx) -> None:
+        for exec_id in tx.canceled:
+            live = self._live.pop(exec_id, None)
+            if live is not None:
+                live.kill()
+            task = self._tasks.pop(exec_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        for record in tx.new_execs:
+            if record.status.is_active:
+                self._spawn(record.exec_id)
+        if tx.commit.message_appends or any(
+            e.status is ExecStatus.WAITING for e in tx.commit.executions
+        ):
+            self.schedule_evaluation()
+
+    # -- driving one execution ---------------------------------------------------------
+
+    async def _drive(self, exec_id: str) -> None:
+        try:
+            while True:
+                record = self.state.execs.get(exec_id)
+                if record is None or not record.status.is_active or not self.state.is_running:
+                    return
+                if record.status is ExecStatus.WAIT_FOR:
+                    await self._run_wait_for(record)
+                elif record.status is ExecStatus.WAITING:
+                    await self.changed()
+                else:
+                    await self._run_execute(record)
+        except StaleEpochError:
+            logger.warning("run %s: superseded by a newer incarnation; stopping", self.flow_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("run %s: internal error driving %s", self.flow_id, exec_id)
+        finally:
+            if self._tasks.get(exec_id) is asyncio.current_task():
+                del self._tasks[exec_id]
+
+    async def _sleep_until(self, when: float | None) -> None:
+        if when is not None:
+            delay = when - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def _is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
+        record = self.state.execs.get(exec_id)
+        if record is None or record.status is not status or not self.state.is_running:
+            return False
+        done = record.wait_for_failures if wait else record.attempts_failed
+        return done + 1 == attempt
+
+    async def _run_wait_for(self, record: ExecRecord) -> None:
+        await self._sleep_until(record.next_attempt_at)
+        options = pb.StepOptions.FromString(record.options)
+        attempt = record.wait_for_failures + 1
+        keys = list(options.wait_for_lock_attribute_keys)
+        await self.locks.acquire(keys, record.exec_id)
+        try:
+            outcome = await self._attempt(record, attempt, InvocationMethod.WAIT_FOR, options)
+            async with self.commit_lock:
+                if not self._is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
+                    return
+                if outcome.result is not None and outcome.result.wait_for is not None:
+                    await self._commit_wait_for(record.exec_id, outcome.result.wait_for)
+                else:
+                    await self._wait_for_failed(record.exec_id, options, outcome)
+        finally:
+            self.locks.release(keys, record.exec_id)
+
+    async def _commit_wait_for(self, exec_id: str, response: pb.InvokeWaitForMethodResponse) -> None:
+        tx = self.tx()
+        current = tx.current(exec_id)
+        tx.write_attributes(response.upsert_attributes)
+        tx.delete_messages(response.delete_from_channel, strict=False)
+        tx.publish(response.publish_to_channel)
+        locals_ = dict(current.locals)
+        locals_.update({kv.key: kv.value.SerializeToString() for kv in response.upsert_step_exe_locals})
+        waiting = response.HasField("waiting_condition")
+        tx.update(
+            replace(
+                current,
+                status=ExecStatus.WAITING if waiting else ExecStatus.READY,
+                wait=response.waiting_condition.SerializeToString() if waiting else None,
+                wait_started_at=tx.now if waiting else None,
+                locals=locals_,
+                next_attempt_at=None,
+            )
+        )
+        tx.history(exec_id, "wait_for_completed", {"waiting": waiting, **_events(response)})
+        await self.commit(tx)
+
+    async def _wait_for_failed(
+        self, exec_id: str, options: pb.StepOptions, outcome: AttemptOutcome
+    ) -> None:
+        tx = self.tx()
+        current = tx.current(exec_id)
+        failures = current.wait_for_failures + 1
+        policy = options.wait_for_retry_policy if options.HasField("wait_for_retry_policy") else None
+        first = current.first_attempt_at or current.created_at
+        delay = next_retry_delay(policy, failures, first, tx.now, outcome.retry_after)
+        detail = {"method": "wait_for", "attempt": failures, "error_type": outcome.error_type}
+        tx.history(exec_id, "attempt_failed", {**detail, "error": outcome.detail})
+        if delay is not None:
+            tx.update(replace(current, wait_for_failures=failures, next_attempt_at=tx.now + delay))
+        elif options.wait_for_failure_policy == _WAIT_FOR_PROCEED:
+            tx.update(
+                replace(
+                    current,
+                    wait_for_failures=failures,
+                    status=ExecStatus.READY,
+                    wait_for_failed=True,
+                    next_attempt_at=None,
+                )
+            )
+        else:
+            tx.update(replace(current, status=ExecStatus.FAILED, ended_at=tx.now))
+            tx.close(RunStatus.FAILED, "worker_api_failed", f"{exec_id}: {outcome.detail}")
+        await self.commit(tx)
+
+    async def _run_execute(self, record: ExecRecord) -> None:
+        options = pb.StepOptions.FromString(record.options)
+        if record.attempts_started > record.attempts_failed:
+            # An attempt had started when the previous incarnation of the host died.
+            async with self.commit_lock:
+                outcome = AttemptOutcome(
+                    error_type="HostDiedError",
+                    detail="the host running this attempt stopped before it finished",
+                    infrastructure=True,
+                )
+                await self._execute_failed(record.exec_id, record.attempts_started, options, outcome)
+            return
+        await self._sleep_until(record.next_attempt_at)
+        attempt = record.attempts_failed + 1
+        keys = list(options.execute_lock_attribute_keys)
+        await self.locks.acquire(keys, record.exec_id)
+        try:
+            if record.remote is None:
+                async with self.commit_lock:
+                    if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
+                        return
+                    await self._mark_started(record.exec_id, attempt)
+            outcome = await self._attempt(
+                self.state.execs[record.exec_id], attempt, InvocationMethod.EXECUTE, options
+            )
+            async with self.commit_lock:
+                if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
+                    return
+                if outcome.result is not None and outcome.result.execute is not None:
+                    await self._commit_execute(record.exec_id, outcome.result)
+                else:
+                    await self._execute_failed(record.exec_id, attempt, options, outcome)
+        finally:
+            self.locks.release(keys, record.exec_id)
+
+    async def _mark_started(self, exec_id: str, attempt: int) -> None:
+        tx = self.tx()
+        current = tx.current(exec_id)
+        tx.update(
+            replace(
+                current,
+                attempts_started=attempt,
+                first_attempt_at=current.first_attempt_at or float(int(tx.now)),
+                next_attempt_at=None,
+            )
+        )
+        tx.history(exec_id, "attempt_started", {"attempt": attempt})
+        await self.commit(tx)
+
+    async def ack_remote_start(self, exec_id: str, attempt: int) -> bool:
+        """A remote task is about to run user code: record it, or refuse."""
+        async with self.commit_lock:
+            live = self._live.get(exec_id)
+            if live is None or live.attempt != attempt:
+                return False
+            record = self.state.execs.get(exec_id)
+            if record is None or record.status is ExecStatus.WAIT_FOR:
+                return record is not None and self._is_current(
+                    exec_id, ExecStatus.WAIT_FOR, attempt, wait=True
+                )
+            if not self._is_current(exec_id, ExecStatus.READY, attempt, wait=False):
+                return False
+            await self._mark_started(exec_id, attempt)
+            live.last_beat = asyncio.get_running_loop().time()
+            return True
+
+    async def _commit_execute(self, exec_id: str, result: StepResult) -> None:
+        response = result.execute
+        assert response is not None and self.definition is not None
+        tx = self.tx()
+        current = tx.current(exec_id)
+        tx.write_attributes(response.upsert_attributes)
+        tx.delete_messages(response.delete_from_channel, strict=False)
+        tx.publish(response.publish_to_channel)
+        tx.update(replace(current, status=ExecStatus.COMPLETED, ended_at=tx.now))
+        tx.history(exec_id, "step_completed", {"attempt": current.attempts_started, **_events(response)})
+        values = self.definition.mapper.values
+        apply_decision(
+            tx,
+            current,
+            response.step_decision,
+            result.extras,
+            lambda v: values.decode(v, values.codec(str)),
+        )
+        await self.commit(tx)
+
+    async def _execute_failed(
+        self, exec_id: str, attempt: int, options: pb.StepOptions, outcome: AttemptOutcome
+    ) -> None:
+        tx = self.tx()
+        current = tx.current(exec_id)
+        policy = options.execute_retry_policy if options.HasField("execute_retry_policy") else None
+        first = current.first_attempt_at or current.created_at
+        delay = next_retry_delay(policy, attempt, first, tx.now, outcome.retry_after)
+        tx.history(
+            exec_id,
+            "attempt_failed",
+            {
+                "method": "execute",
+                "attempt": attempt,
+                "error_type": outcome.error_type,
+                "error": outcome.detail,
+                "started": current.attempts_started >= attempt,
+            },
+        )
+        failed = replace(current, attempts_failed=attempt, last_error=outcome.detail)
+        if delay is not None:
+            tx.update(replace(failed, next_attempt_at=tx.now + delay))
+        else:
+            tx.update(replace(failed, status=ExecStatus.FAILED, ended_at=tx.now))
+            self._route_failure(tx, failed, options, outcome)
+        await self.commit(tx)
+
+    def _route_failure(
+        self, tx: Tx, failed: ExecRecord, options: pb.StepOptions, outcome: AttemptOutcome
+    ) -> None:
+        if options.execute_failure_policy != _FAIL_PROCEED:
+            tx.history(failed.exec_id, "step_failed", {"error": outcome.detail})
+            tx.close(RunStatus.FAILED, "worker_api_failed", f"{failed.exec_id}: {outcome.detail}")
+            return
+        progress = (
+            StepAttemptProgress.NOT_STARTED
+            if failed.attempts_started == 0
+            else StepAttemptProgress.NOT_COMPLETED
+        )
+        movement = pb.StepMovement(
+            step_type=options.execute_failure_proceed_step_type,
+            step_input=pb.Value.FromString(failed.input),
+        )
+        movement.step_options.CopyFrom(options.execute_failure_proceed_step_options)
+        target = tx.create(
+            movement,
+            None,
+            from_exec_id=failed.exec_id,
+            recovery=RecoveryRecord(
+                detail=outcome.detail, error_type=outcome.error_type, progress=progress.value
+            ),
+            remote=failed.failure_remote,
+        )
+        tx.history(
+            failed.exec_id,
+            "step_failed",
+            {"error": outcome.detail, "routed_to": target.exec_id, "progress": progress.value},
+        )
+        finish_if_idle(tx)
+
+    # -- running one attempt -----------------------------------------------------------
+
+    async def _attempt(
+        self, record: ExecRecord, attempt: int, method: InvocationMethod, options: pb.StepOptions
+    ) -> AttemptOutcome:
+        assert self.definition is not None
+        is_wait = method is InvocationMethod.WAIT_FOR
+        request = (
+            self.state.wait_for_request(record, attempt)
+            if is_wait
+            else self.state.execute_request(record, attempt)
+        )
+        raw_timeout = options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
+        timeout = float(raw_timeout or DEFAULT_METHOD_TIMEOUT)
+        heartbeat_timeout = float(options.heartbeat_timeout_seconds) or None
+        progress = (
+            StepAttemptProgress.NOT_STARTED
+            if record.attempts_started == 0
+            else StepAttemptProgress.NOT_COMPLETED
+        )
+        loop = asyncio.get_running_loop()
+        exec_id = record.exec_id
+        future: asyncio.Future[Any]
+        if record.remote is None:
+            future = asyncio.ensure_future(
+                invoke_step(
+                    self.definition.mapper,
+                    self.definition.flow,
+                    method,
+                    request,
+                    attempt_progress=progress,
+                    is_active=lambda: self._attempt_active(exec_id, attempt),
+                    sink=lambda frame: self.on_frame(exec_id, attempt, frame),
+                )
+            )
+            live = _Live(attempt, loop.time(), future.cancel)
+            decode: Callable[[Any], StepResult] = _identity
+        else:
+            future, kill = self._submit_remote(record, attempt, method, request, progress)
+            live = _Live(attempt, loop.time(), kill)
+            decode = _decode_remote
+        self._live[exec_id] = live
+        try:
+            outcome = await watch_attempt(
+                future,
+                timeout=timeout,
+                heartbeat_timeout=heartbeat_timeout,
+                last_beat=lambda: live.last_beat,
+                kill=live.kill,
+                decode=decode,
+            )
+        except _Abandoned:
+            outcome = AttemptOutcome(error_type="AttemptAbandoned", detail="superseded attempt")
+        except Exception as error:  # a result the engine cannot decode fails the attempt
+            outcome = describe_failure(error)
+        finally:
+            if self._live.get(exec_id) is live:
+                del self._live[exec_id]
+        return outcome
+
+    def _submit_remote(
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        request: Any,
+        progress: StepAttemptProgress,
+    ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
+        import ray
+
+        assert self.definition is not None and record.remote is not None
+        if self.definition.blob_ref is None:
+            self.definition.blob_ref = ray.put(self.definition.blob)
+        options = RayTaskOptions.from_json(record.remote).ray_options()
+        ref = (
+            remote_step_function()
+            .options(**options)
+            .remote(
+                self.definition.blob_ref,
+                "wait_for" if method is InvocationMethod.WAIT_FOR else "execute",
+                request.SerializeToString(),
+                progress.value,
+                self._host_handle,
+                self.flow_id,
+                record.exec_id,
+                attempt,
+            )
+        )
+
+        def kill() -> None:
+            ray.cancel(ref, force=True)
+
+        return asyncio.ensure_future(_await_ref(ref)), kill
+
+    def _attempt_active(self, exec_id: str, attempt: int) -> bool:
+        live = self._live.get(exec_id)
+        return live is not None and live.attempt == attempt and self.state.is_running
+
+    def on_frame(self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
+        """A heartbeat or Stream write from a running attempt (local or remote)."""
+        live = self._live.get(exec_id)
+        if live is None or live.attempt != attempt:
+            return
+        live.last_beat = asyncio.get_running_loop().time()
+        if isinstance(frame, pb.StepStreamWrite):
+            self._on_stream(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
+            return
+        checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
+        self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
+
+    async def _persist_heartbeat(self, exec_id: str, attempt: int, checkpoint: bytes | None) -> None:
+        async with self.commit_lock:
+            record = self.state.execs.get(exec_id)
+            if record is None or not record.status.is_active or record.heartbeat == checkpoint:
+                return
+            tx = self.tx()
+            tx.update(replace(tx.current(exec_id), heartbeat=checkpoint))
+            try:
+                await self.commit(tx)
+            except StaleEpochError:
+                return
+
+    # -- waits and timers --------------------------------------------------------------
+
+    def schedule_evaluation(self) -> None:
+        if self._evaluating is None or self._evaluating.done():
+            self._evaluating = asyncio.create_task(self._evaluate())
+
+    async def _evaluate(self) -> None:
+        async with self.commit_lock:
+            if not self.state.is_running:
+                return
+            now = time.time()
+            tx = self.tx()
+            claimed: dict[str, int] = {}
+            earliest: float | None = None
+            for record in self.state.active_execs():
+                if record.status is not ExecStatus.WAITING or record.wait is None:
+                    continue
+                wait = pb.WaitingCondition.FromString(record.wait)
+                started = record.wait_started_at or now
+                satisfied = evaluate_wait(wait, started, now, self.state.channels, claimed)
+                if satisfied is None:
+                    due = next_timer_at(wait, started, now)
+                    if due is not None and (earliest is None or due < earliest):
+                        earliest = due
+                    continue
+                tx.consume(satisfied.consumed)
+                tx.update(
+                    replace(
+                        record,
+                        status=ExecStatus.READY,
+                        condition_results=satisfied.results.SerializeToString(),
+                        wait=None,
+                    )
+                )
+                tx.history(record.exec_id, "wait_satisfied", {"consumed": len(satisfied.consumed)})
+            if tx.commit.history:
+                try:
+                    await self.commit(tx)
+                except StaleEpochError:
+                    return
+            self._arm_timer(earliest)
+
+    def _arm_timer(self, when: float | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if when is not None:
+            delay = max(0.0, when - time.time()) + 0.001
+            self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
+
+
+class _Abandoned(Exception):
+    """A remote task found its attempt superseded and ran nothing."""
+
+
+def _identity(value: Any) -> StepResult:
+    return value  # type: ignore[no-any-return]
+
+
+def _decode_remote(value: Any) -> StepResult:
+    if value == ABANDONED:
+        raise _Abandoned
+    return decode_result(value)
+
+
+async def _await_ref(ref: Any) -> Any:
+    return await ref
+
+
+def _events(response: Any) -> dict[str, Any]:
+    if not response.record_events:
+        return {}
+    return {"events": [kv.key for kv in response.record_events]}

@@ -1,0 +1,202 @@
+"""``FlowEngine``: joins Ray, opens the store, registers flows, hands out clients."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from dex import CodecRegistry, Flow, Registry
+from dex._value_mapper import ValueMapper
+from dex.flow import _RegisteredFlow
+
+from dex_agents_ray.engine._client import EngineClient
+from dex_agents_ray.engine._host import FlowHost, host_name
+from dex_agents_ray.engine._store import FlowStore, SqliteStoreConfig, StoreConfig, open_store
+from dex_agents_ray.engine._sync import SyncEngineClient
+
+logger = logging.getLogger("dex_agents_ray.engine")
+
+DEFAULT_NAMESPACE = "dex-agents-ray"
+DEFAULT_STORE_DIR = ".dex-agents-ray"
+
+
+def _store_config(store: str | Path | StoreConfig | None) -> StoreConfig:
+    if isinstance(store, SqliteStoreConfig):
+        return store
+    if store is None:
+        path = Path.cwd() / DEFAULT_STORE_DIR / "engine.db"
+    elif isinstance(store, (str, Path)):
+        path = Path(store).expanduser().resolve()
+    else:
+        raise TypeError(f"store must be a path or a store config, got {type(store).__name__}")
+    return SqliteStoreConfig(path=str(path))
+
+
+class FlowEngine:
+    """The durable engine: runs registered ``dex.Flow`` definitions on Ray.
+
+    Start it with :meth:`start`; use :attr:`client` (async) or
+    :meth:`sync_client` to start and operate runs. Runs live in the store and in
+    named Ray actors of the engine's namespace, so another driver that starts an
+    engine on the same store and namespace operates the same runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        flows: list[Flow[Any]],
+        registry: Registry,
+        store: FlowStore,
+        store_config: StoreConfig,
+        namespace: str,
+        hashes: dict[str, str],
+        owns_ray: bool,
+    ) -> None:
+        self.flows = flows
+        self.registry = registry
+        self.store = store
+        self.store_config = store_config
+        self.namespace = namespace
+        self.values = ValueMapper(registry.codec_registry)
+        self._hashes = hashes
+        self._owns_ray = owns_ray
+        self._hosts: dict[str, Any] = {}
+        self._host_class: Any = None
+        self.client = EngineClient(self)
+        self._sync: SyncEngineClient | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        flows: list[Flow[Any]],
+        *,
+        store: str | Path | StoreConfig | None = None,
+        namespace: str | None = None,
+        codec_registry: CodecRegistry | None = None,
+        ray_address: str | None = None,
+        resume: bool = True,
+    ) -> FlowEngine:
+        """Join the current Ray (or start a local one), open the store, register ``flows``.
+
+        Args:
+            flows: The Flow definitions to register; each is stored by value, so
+                any process can re-activate its runs later.
+            store: A SQLite file path or a store config; default
+                ``./.dex-agents-ray/engine.db``.
+            namespace: The Ray namespace of the engine's actors; default
+                ``"dex-agents-ray"``. Two drivers with the same store and namespace
+                share runs.
+            codec_registry: Custom codecs, as for ``dex.Registry``.
+            ray_address: Passed to ``ray.init`` when Ray is not initialized yet.
+            resume: Re-activate runs that have work in flight in the store.
+        """
+        import ray
+        from ray import cloudpickle
+
+        registry = Registry(list(flows), codec_registry, allow_async_handlers=True)
+        namespace = namespace or DEFAULT_NAMESPACE
+        owns_ray = False
+        if not ray.is_initialized():
+            ray.init(address=ray_address, namespace=namespace, include_dashboard=False)
+            owns_ray = True
+        config = _store_config(store)
+        flow_store = open_store(config)
+        await flow_store.open()
+        hashes: dict[str, str] = {}
+        for flow in flows:
+            blob = cloudpickle.dumps((flow, codec_registry))
+            flow_hash = hashlib.sha256(blob).hexdigest()[:32]
+            await flow_store.put_flow_definition(flow.get_flow_type(), flow_hash, blob)
+            hashes[flow.get_flow_type()] = flow_hash
+        engine = cls(
+            flows=list(flows),
+            registry=registry,
+            store=flow_store,
+            store_config=config,
+            namespace=namespace,
+            hashes=hashes,
+            owns_ray=owns_ray,
+        )
+        if resume:
+            await engine.resume_runs()
+        return engine
+
+    def registered(self, flow: Flow[Any]) -> tuple[_RegisteredFlow, str]:
+        """The registered form and stored version of ``flow``; refuses unknown flows."""
+        flow_type = flow.get_flow_type() if isinstance(flow, Flow) else None
+        if flow_type is None or flow_type not in self._hashes:
+            known = ", ".join(sorted(self._hashes)) or "none"
+            raise ValueError(f"flow {flow_type or flow!r} is not registered with this engine (registered: {known})")
+        return self.registry._flow_for_instance(flow), self._hashes[flow_type]
+
+    def host(self, flow_id: str) -> Any:
+        """The host actor of ``flow_id``, created on demand."""
+        handle = self._hosts.get(flow_id)
+        if handle is None:
+            import ray
+
+            if self._host_class is None:
+                self._host_class = ray.remote(FlowHost)
+            handle = self._host_class.options(
+                name=host_name(flow_id),
+                namespace=self.namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                max_restarts=-1,
+                max_task_retries=0,
+                max_concurrency=10_000,
+            ).remote(self.store_config, flow_id)
+            self._hosts[flow_id] = handle
+        return handle
+
+    def forget_host(self, flow_id: str) -> None:
+        self._hosts.pop(flow_id, None)
+
+    async def resume_runs(self) -> int:
+        """Make sure every run with work in flight has a host; returns how many."""
+        flow_ids = await self.store.runs_with_work()
+        for flow_id in flow_ids:
+            await self.host(flow_id).ready.remote()
+        return len(flow_ids)
+
+    def sync_client(self) -> SyncEngineClient:
+        """A blocking twin of :attr:`client` for scripts, notebooks and WSGI."""
+        if self._sync is None:
+            self._sync = SyncEngineClient(self.client)
+        return self._sync
+
+    async def shutdown(self, *, stop_hosts: bool | None = None) -> None:
+        """Close the engine's store; stop hosts and Ray when this engine started Ray.
+
+        ``stop_hosts=True`` also kills every host of this engine's namespace
+        (runs stay in the store and resume on the next activation).
+        """
+        import ray
+
+        if stop_hosts is None:
+            stop_hosts = self._owns_ray
+        if stop_hosts:
+            await self.stop_hosts()
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+        await self.store.close()
+        if self._owns_ray:
+            ray.shutdown()
+
+    async def stop_hosts(self) -> None:
+        """Kill every host actor of this engine's namespace."""
+        import ray
+        from ray.util import list_named_actors
+
+        for entry in list_named_actors(all_namespaces=True):
+            if entry["namespace"] != self.namespace or not entry["name"].startswith("dexrun:"):
+                continue
+            try:
+                ray.kill(ray.get_actor(entry["name"], namespace=self.namespace), no_restart=True)
+            except ValueError:
+                continue
+        self._hosts.clear()

@@ -1,0 +1,87 @@
+"""Errors of the engine, and how they cross the Ray boundary.
+
+Tree::
+
+    EngineError                      runtime failure inside the engine
+      ├── StaleEpochError            (store) a superseded host tried to commit
+      └── HostCallError              a host call failed with a non-SDK error
+    dex.runtime_errors.DexServiceError and subclasses   re-raised as the SDK raises them
+    dex.runtime_errors.FlowDefinitionError, ValueMappingError, InvalidStepResultError
+
+Host methods return an envelope instead of raising, because the SDK's service
+errors take structured constructor arguments that Ray's exception wrapping
+does not carry; the client rebuilds the exact SDK error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import grpc
+from dex import runtime_errors
+from dex.runtime_errors import DexServiceError, ErrorSubStatus
+
+T = TypeVar("T")
+
+Envelope = tuple[str, Any]
+
+
+class EngineError(RuntimeError):
+    """A failure inside the engine (not an error of the caller's input)."""
+
+
+class HostCallError(EngineError):
+    """A host call failed with an error that is not one of the SDK's."""
+
+
+async def envelope(call: Awaitable[T]) -> Envelope:
+    """Run ``call`` and wrap its result or error for the trip back to a client."""
+    try:
+        return ("ok", await call)
+    except DexServiceError as error:
+        return (
+            "dex",
+            (
+                type(error).__name__,
+                error.code.name,
+                error.sub_status.value,
+                error.detail,
+                error.operation,
+                error.flow_id,
+            ),
+        )
+    except (
+        runtime_errors.FlowDefinitionError,
+        runtime_errors.InvalidStepResultError,
+        runtime_errors.ValueMappingError,
+        KeyError,
+        ValueError,
+        TypeError,
+    ) as error:
+        return ("error", (type(error).__name__, str(error)))
+
+
+_LOCAL_ERRORS: dict[str, type[Exception]] = {
+    "KeyError": KeyError,
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+}
+
+
+def unwrap(result: Envelope) -> Any:
+    """Return the value of an envelope, or raise the error it carries."""
+    kind, payload = result
+    if kind == "ok":
+        return payload
+    if kind == "dex":
+        name, code, sub_status, detail, operation, flow_id = payload
+        cls = getattr(runtime_errors, name, DexServiceError)
+        raise cls(
+            grpc.StatusCode[code], ErrorSubStatus(sub_status), detail, operation, flow_id
+        )
+    name, message = payload
+    local = _LOCAL_ERRORS.get(name)
+    if local is not None:
+        raise local(message)
+    raise HostCallError(f"{name}: {message}")

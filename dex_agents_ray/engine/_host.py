@@ -1,0 +1,257 @@
+"""The Ray actor that hosts flow runs.
+
+A host is a named, detached async actor (``num_cpus=0``). Its constructor
+opens the store and, when it is dedicated to one run, resumes that run at once,
+so a host that Ray restarts after a crash picks its run up without waiting for
+a client. A host may hold any number of runs; each run it activates takes a new
+ownership epoch, which fences every commit of older incarnations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine._driver import FlowDefinition, RunDriver
+from dex_agents_ray.engine._errors import Envelope, envelope
+from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
+from dex_agents_ray.engine._remote import load_definition
+from dex_agents_ray.engine._store import FlowStore, StoreConfig, open_store
+
+logger = logging.getLogger("dex_agents_ray.engine")
+
+HOST_NAME_PREFIX = "dexrun:"
+
+
+def host_name(flow_id: str) -> str:
+    """The Ray actor name of the host dedicated to ``flow_id``."""
+    return f"{HOST_NAME_PREFIX}{flow_id}"
+
+
+class FlowHost:
+    """Hosts runs; see the module docstring. Methods return envelopes."""
+
+    async def __init__(self, config: StoreConfig, flow_id: str | None = None) -> None:
+        self._store: FlowStore = open_store(config)
+        await self._store.open()
+        self._drivers: dict[str, RunDriver] = {}
+        self._activations: dict[str, asyncio.Task[RunDriver]] = {}
+        self._definitions: dict[tuple[str, str], FlowDefinition] = {}
+        self._stream_waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._stream_queues: dict[str, asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]] = {}
+        self._stream_writers: set[asyncio.Task[None]] = set()
+        self._resume: asyncio.Task[RunDriver] | None = None
+        if flow_id is not None:
+            self._resume = asyncio.get_running_loop().create_task(self._driver(flow_id))
+
+    # -- activation --------------------------------------------------------------------
+
+    async def _driver(self, flow_id: str) -> RunDriver:
+        driver = self._drivers.get(flow_id)
+        if driver is not None and not driver.stale:
+            return driver
+        task = self._activations.get(flow_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._activate(flow_id))
+            self._activations[flow_id] = task
+            task.add_done_callback(lambda _: self._activations.pop(flow_id, None))
+        return await task
+
+    async def _activate(self, flow_id: str) -> RunDriver:
+        previous = self._drivers.pop(flow_id, None)
+        if previous is not None:
+            await previous.stop()
+        epoch, loaded = await self._store.activate(flow_id)
+        definition = None
+        if loaded is not None:
+            definition = await self._definition(loaded.run.flow_type, loaded.run.flow_hash)
+        import ray
+
+        driver = RunDriver(
+            store=self._store,
+            flow_id=flow_id,
+            epoch=epoch,
+            definition=definition,
+            host_handle=ray.get_runtime_context().current_actor,
+            on_stream=self._on_stream,
+        )
+        if loaded is not None:
+            driver.load(loaded)
+            driver.start()
+        self._drivers[flow_id] = driver
+        return driver
+
+    async def _definition(self, flow_type: str, flow_hash: str) -> FlowDefinition:
+        key = (flow_type, flow_hash)
+        cached = self._definitions.get(key)
+        if cached is None:
+            blob = await self._store.get_flow_definition(flow_type, flow_hash)
+            if blob is None:
+                raise KeyError(f"flow type {flow_type!r} version {flow_hash} is not registered")
+            flow, mapper = load_definition(blob)
+            cached = FlowDefinition(flow_type, flow_hash, blob, flow, mapper)
+            self._definitions[key] = cached
+        return cached
+
+    # -- client operations -------------------------------------------------------------
+
+    async def start_flow(self, flow_id: str, request: StartRequest) -> Envelope:
+        async def start() -> str:
+            driver = await self._driver(flow_id)
+            if driver.definition is None or driver.definition.flow_hash != request.flow_hash:
+                running = driver.state.is_running
+                if not running or request.id_reuse_policy == "allow_terminate_if_running":
+                    driver.definition = await self._definition(request.flow_type, request.flow_hash)
+            return await start_run(driver, request)
+
+        return await envelope(start())
+
+    async def invoke_rpc(
+        self,
+        flow_id: str,
+        rpc_name: str,
+        input_value: bytes | None,
+        request_id: str,
+        extra: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
+    ) -> Envelope:
+        async def call() -> bytes:
+            driver = await self._running_or_closed(flow_id, "InvokeRPC")
+            return await run_rpc(driver, rpc_name, input_value, request_id, extra)
+
+        return await envelope(call())
+
+    async def stop_flow(self, flow_id: str, stop_type: str, reason: str | None) -> Envelope:
+        async def stop() -> None:
+            driver = await self._running_or_closed(flow_id, "StopFlow")
+            await stop_run(driver, stop_type, reason)
+
+        return await envelope(stop())
+
+    async def _running_or_closed(self, flow_id: str, operation: str) -> RunDriver:
+        from dex_agents_ray.engine._operations import not_active
+
+        driver = await self._driver(flow_id)
+        if driver.state.run is None:
+            raise not_active(flow_id, operation)
+        return driver
+
+    async def wait_closed(self, flow_id: str, timeout: float | None) -> Envelope:
+        """Wait until the run is no longer running (or ``timeout`` passes)."""
+
+        async def wait() -> bool:
+            driver = await self._driver(flow_id)
+            loop = asyncio.get_running_loop()
+            deadline = None if timeout is None else loop.time() + timeout
+            while driver.state.run is not None and driver.state.is_running:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(asyncio.shield(driver.changed()), remaining)
+                except TimeoutError:
+                    return False
+            return driver.state.run is not None
+
+        return await envelope(wait())
+
+    # -- streams -----------------------------------------------------------------------
+
+    def _on_stream(self, flow_id: str, stream: str, source: str, write: pb.StepStreamWrite) -> None:
+        queue = self._stream_queues.get(flow_id)
+        if queue is None:
+            queue = asyncio.Queue()
+            self._stream_queues[flow_id] = queue
+            task = asyncio.get_running_loop().create_task(self._write_streams(flow_id, queue))
+            self._stream_writers.add(task)
+        queue.put_nowait((stream, source, write))
+
+    async def _write_streams(
+        self, flow_id: str, queue: asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]
+    ) -> None:
+        while True:
+            stream, source, write = await queue.get()
+            try:
+                await self._store.append_stream(
+                    flow_id,
+                    stream,
+                    source,
+                    write.value.SerializeToString(),
+                    write.stream_capacity_bytes,
+                )
+            except Exception:
+                logger.exception("run %s: Stream %s write lost (streams are best effort)", flow_id, stream)
+            waiter = self._stream_waiters.pop((flow_id, stream), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_stream(self, flow_id: str, stream: str, timeout: float | None) -> Envelope:
+        """Wait for the next write to a Stream of this run (long poll)."""
+
+        async def wait() -> bool:
+            key = (flow_id, stream)
+            waiter = self._stream_waiters.get(key)
+            if waiter is None:
+                waiter = asyncio.get_running_loop().create_future()
+                self._stream_waiters[key] = waiter
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            except TimeoutError:
+                return False
+            return True
+
+        return await envelope(wait())
+
+    # -- remote Step tasks -------------------------------------------------------------
+
+    async def ack_remote_start(self, flow_id: str, exec_id: str, attempt: int) -> bool:
+        driver = self._drivers.get(flow_id)
+        if driver is None or driver.stale:
+            return False
+        return await driver.ack_remote_start(exec_id, attempt)
+
+    async def remote_frame(
+        self, flow_id: str, exec_id: str, attempt: int, kind: str, payload: bytes
+    ) -> None:
+        driver = self._drivers.get(flow_id)
+        if driver is None:
+            return
+        frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+        if kind == "heartbeat":
+            frame = pb.StepMethodHeartbeat.FromString(payload)
+        else:
+            frame = pb.StepStreamWrite.FromString(payload)
+        driver.on_frame(exec_id, attempt, frame)
+
+    # -- operations for tooling and tests ----------------------------------------------
+
+    async def ready(self) -> bool:
+        """Resolves once the constructor (and a dedicated run's resume) finished."""
+        if self._resume is not None:
+            await self._resume
+        return True
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def take_over(self, flow_id: str) -> int:
+        """Start a second incarnation of ``flow_id`` with a new epoch; returns it.
+
+        The current driver is left running, as a zombie after a partition would
+        be: its next commit is refused. Crash tests use this.
+        """
+        self._drivers.pop(flow_id, None)
+        driver = await self._driver(flow_id)
+        return driver.epoch
+
+    async def epoch_of(self, flow_id: str) -> int | None:
+        driver = self._drivers.get(flow_id)
+        return None if driver is None else driver.epoch
+
+    async def shutdown(self) -> None:
+        for driver in list(self._drivers.values()):
+            await driver.stop()
+        for task in self._stream_writers:
+            task.cancel()
+        await self._store.close()

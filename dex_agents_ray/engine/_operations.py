@@ -1,0 +1,218 @@
+"""Client operations on one run: start, RPC, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+import grpc
+from dex import IdReusePolicy, StopType
+from dex.dexpb import dex_pb2 as pb
+from dex.runtime_errors import (
+    ErrorSubStatus,
+    FlowAlreadyStartedError,
+    FlowNotActiveOrNotFoundError,
+    RpcLockConflictError,
+)
+
+from dex_agents_ray.engine._decisions import cancel_matching, create_movements
+from dex_agents_ray.engine._driver import RunDriver
+from dex_agents_ray.engine._invoke import MovementExtras, invoke_rpc
+from dex_agents_ray.engine._records import RunRecord, RunStatus
+from dex_agents_ray.engine._state import RunState, Tx
+
+_RESTARTABLE_AFTER_FAILURE = (RunStatus.FAILED, RunStatus.CANCELED, RunStatus.TERMINATED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartRequest:
+    """What ``start_flow`` sends to the run's host (only data)."""
+
+    flow_type: str
+    flow_hash: str
+    input: bytes
+    """Serialized ``dex.Value`` of the start Step's input."""
+    attribute_writes: list[bytes]
+    """Serialized ``dex.AttributeWrite`` initializations."""
+    id_reuse_policy: str
+    ignore_already_started: bool
+    request_id: str
+    start_delay: float | None
+
+
+def _already_started(flow_id: str, detail: str) -> FlowAlreadyStartedError:
+    return FlowAlreadyStartedError(
+        grpc.StatusCode.ALREADY_EXISTS,
+        ErrorSubStatus.FLOW_ALREADY_STARTED,
+        detail,
+        "StartFlow",
+        flow_id,
+    )
+
+
+def not_active(flow_id: str, operation: str) -> FlowNotActiveOrNotFoundError:
+    return FlowNotActiveOrNotFoundError(
+        grpc.StatusCode.NOT_FOUND,
+        ErrorSubStatus.FLOW_NOT_EXISTS,
+        f"flow {flow_id!r} is not running",
+        operation,
+        flow_id,
+    )
+
+
+def _reuse_refusal(existing: RunRecord, request: StartRequest) -> str | None:
+    policy = IdReusePolicy(request.id_reuse_policy)
+    if existing.status is RunStatus.RUNNING:
+        if policy is IdReusePolicy.ALLOW_TERMINATE_IF_RUNNING:
+            return None
+        return f"flow {existing.flow_id!r} is already running (run {existing.run_id})"
+    if policy is IdReusePolicy.DISALLOW:
+        return f"flow ID {existing.flow_id!r} was used before and the policy is DISALLOW"
+    if (
+        policy is IdReusePolicy.ALLOW_IF_PREVIOUS_FAILED
+        and existing.status not in _RESTARTABLE_AFTER_FAILURE
+    ):
+        return f"flow {existing.flow_id!r} completed; the policy allows a restart only after failure"
+    return None
+
+
+async def start_run(driver: RunDriver, request: StartRequest) -> str:
+    """Create the run (or return the existing one for a repeated request)."""
+    assert driver.definition is not None
+    async with driver.commit_lock:
+        existing = driver.state.run
+        if existing is not None:
+            if request.request_id and existing.start_request_id == request.request_id:
+                return existing.run_id
+            if existing.status is RunStatus.RUNNING and request.ignore_already_started:
+                return existing.run_id
+            refusal = _reuse_refusal(existing, request)
+            if refusal is not None:
+                raise _already_started(driver.flow_id, refusal)
+        now = time.time()
+        fresh = RunState()
+        fresh.run = RunRecord(
+            flow_id=driver.flow_id,
+            run_id=str(uuid.uuid4()),
+            flow_type=request.flow_type,
+            flow_hash=request.flow_hash,
+            status=RunStatus.RUNNING,
+            epoch=driver.epoch,
+            started_at=float(int(now)),
+            start_request_id=request.request_id,
+        )
+        tx = Tx(fresh, driver.epoch, now)
+        tx.write_attributes(pb.AttributeWrite.FromString(w) for w in request.attribute_writes)
+        movement, extras = driver.definition.mapper.start_movement(
+            driver.definition.flow, pb.Value.FromString(request.input)
+        )
+        not_before = now + request.start_delay if request.start_delay else None
+        tx.create(movement, extras, from_exec_id="", not_before=not_before)
+        tx.history("", "flow_started", {"run_id": fresh.run.run_id})
+        had_tasks = existing is not None and existing.status is RunStatus.RUNNING
+        if had_tasks:
+            await driver.stop()
+        await driver.commit(tx, replace_run=True)
+        return fresh.run.run_id
+
+
+async def run_rpc(
+    driver: RunDriver,
+    rpc_name: str,
+    input_value: bytes | None,
+    request_id: str,
+    extra: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] = ((), (), ()),
+) -> bytes:
+    """Run one RPC handler and commit its effects atomically; returns the output."""
+    assert driver.definition is not None and driver.state.run is not None
+    if request_id:
+        remembered = await driver.store.rpc_response(driver.flow_id, request_id)
+        if remembered is not None:
+            return remembered
+    rpc = driver.definition.flow.rpc(rpc_name)
+    extra_locks, extra_maps, extra_channel_maps = extra
+    keys = [*rpc.locks, *extra_locks]
+    holder = f"rpc:{request_id or uuid.uuid4()}"
+    conflicts = driver.locks.try_acquire(keys, holder)
+    if conflicts:
+        raise RpcLockConflictError(
+            grpc.StatusCode.ABORTED,
+            ErrorSubStatus.UNCATEGORIZED,
+            f"RPC {rpc_name} could not lock {', '.join(conflicts)}: held by "
+            f"{', '.join(sorted({driver.locks.holder(k) or '' for k in conflicts}))}",
+            "InvokeRPC",
+            driver.flow_id,
+        )
+    try:
+        request = driver.state.rpc_request(
+            rpc_name,
+            None if input_value is None else pb.Value.FromString(input_value),
+            sorted({*rpc.load_attribute_map_instances, *extra_maps}),
+            rpc.load_channel_names,
+            sorted({*rpc.load_channel_map_instances, *extra_channel_maps}),
+        )
+        timeout = rpc.options.timeout.total_seconds() if rpc.options.timeout else None
+        outcome = await asyncio.wait_for(
+            invoke_rpc(driver.definition.mapper, driver.definition.flow, request), timeout
+        )
+        transactional = rpc.options.is_transactional or bool(keys)
+        return await _commit_rpc(
+            driver, rpc_name, outcome.response, outcome.extras, request_id, transactional
+        )
+    finally:
+        driver.locks.release(keys, holder)
+
+
+async def _commit_rpc(
+    driver: RunDriver,
+    rpc_name: str,
+    response: pb.InvokeWorkerRPCResponse,
+    extras: list[MovementExtras],
+    request_id: str,
+    transactional: bool,
+) -> bytes:
+    output = response.output.SerializeToString()
+    has_effects = bool(
+        response.upsert_attributes
+        or response.publish_to_channel
+        or response.delete_from_channel
+        or response.HasField("step_decision")
+    )
+    async with driver.commit_lock:
+        if not driver.state.is_running:
+            if has_effects:
+                raise not_active(driver.flow_id, "InvokeRPC")
+            return output
+        if not has_effects and not request_id:
+            return output
+        tx = driver.tx()
+        tx.delete_messages(response.delete_from_channel, strict=transactional)
+        tx.write_attributes(response.upsert_attributes)
+        tx.publish(response.publish_to_channel)
+        decision = response.step_decision
+        cancel_matching(tx, None, decision.cancel_step_types, ())
+        create_movements(tx, decision.next_steps, extras, "")
+        if has_effects:
+            tx.history("", "rpc_applied", {"rpc": rpc_name, "request_id": request_id})
+        if request_id:
+            tx.commit.rpc_request = (request_id, output)
+        await driver.commit(tx)
+    return output
+
+
+async def stop_run(driver: RunDriver, stop_type: str, reason: str | None) -> None:
+    """Close a running run as canceled, terminated or failed."""
+    async with driver.commit_lock:
+        if not driver.state.is_running:
+            raise not_active(driver.flow_id, "StopFlow")
+        status = {
+            StopType.CANCEL: RunStatus.CANCELED,
+            StopType.TERMINATE: RunStatus.TERMINATED,
+            StopType.FAIL: RunStatus.FAILED,
+        }[StopType(stop_type)]
+        tx = driver.tx()
+        error_type = "client_api_failed" if status is RunStatus.FAILED else ""
+        tx.close(status, error_type, reason or f"stopped by client ({stop_type})")
+        await driver.commit(tx)

@@ -1,0 +1,279 @@
+"""The durable records of a flow run, as the store keeps them.
+
+Values stay in the SDK's wire encoding (serialized ``dex.Value`` protobufs), so
+what a Step wrote is exactly what the next Step reads, whatever codec wrote it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SCHEMA_VERSION = 1
+"""Version of the persisted format; readers refuse newer versions."""
+
+
+class RunStatus(StrEnum):
+    """Lifecycle of a run (the values of ``dex.FlowStatus``)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    TERMINATED = "terminated"
+
+
+class ExecStatus(StrEnum):
+    """Lifecycle of one Step execution."""
+
+    WAIT_FOR = "wait_for"
+    """``wait_for`` has not completed yet."""
+    WAITING = "waiting"
+    """Waiting for its Conditions."""
+    READY = "ready"
+    """``execute`` attempts are pending or running."""
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def is_active(self) -> bool:
+        return self in (ExecStatus.WAIT_FOR, ExecStatus.WAITING, ExecStatus.READY)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+@dataclass(kw_only=True)
+class RecoveryRecord:
+    """The failure that sent an execution down its failure route."""
+
+    detail: str
+    error_type: str
+    progress: str
+    """A ``StepAttemptProgress`` value."""
+
+
+@dataclass(kw_only=True)
+class ExecRecord:
+    """One Step execution and every durable fact about its attempts."""
+
+    exec_id: str
+    step_type: str
+    number: int
+    input: bytes
+    """Serialized ``dex.Value`` of the Step input."""
+    options: bytes
+    """Serialized ``dex.StepOptions`` in force for this execution."""
+    from_exec_id: str
+    status: ExecStatus
+    created_at: float
+    remote: str | None = None
+    """``RayTaskOptions`` JSON when the execution runs as a Ray task."""
+    failure_remote: str | None = None
+    """``RayTaskOptions`` JSON for the failure route's execution."""
+    wait: bytes | None = None
+    """Serialized ``dex.WaitingCondition`` while ``WAITING``."""
+    wait_started_at: float | None = None
+    condition_results: bytes | None = None
+    wait_for_failed: bool = False
+    wait_for_failures: int = 0
+    locals: dict[str, bytes] = field(default_factory=dict)
+    heartbeat: bytes | None = None
+    """Serialized ``dex.Value`` of the last heartbeat checkpoint; ``None`` = absent."""
+    attempts_started: int = 0
+    """Attempts whose start was recorded before user code ran."""
+    attempts_failed: int = 0
+    first_attempt_at: float | None = None
+    next_attempt_at: float | None = None
+    recovery: RecoveryRecord | None = None
+    last_error: str | None = None
+    ended_at: float | None = None
+
+    @property
+    def wake_at(self) -> float | None:
+        """When the scheduler must look at this execution again, if ever."""
+        if self.status is ExecStatus.READY:
+            return self.next_attempt_at or self.created_at
+        return None
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "exec_id": self.exec_id,
+            "step_type": self.step_type,
+            "number": self.number,
+            "input": _b64(self.input),
+            "options": _b64(self.options),
+            "from_exec_id": self.from_exec_id,
+            "status": self.status.value,
+            "created_at": self.created_at,
+            "remote": self.remote,
+            "failure_remote": self.failure_remote,
+            "wait": _b64(self.wait),
+            "wait_started_at": self.wait_started_at,
+            "condition_results": _b64(self.condition_results),
+            "wait_for_failed": self.wait_for_failed,
+            "wait_for_failures": self.wait_for_failures,
+            "locals": {k: _b64(v) for k, v in self.locals.items()},
+            "heartbeat": _b64(self.heartbeat),
+            "attempts_started": self.attempts_started,
+            "attempts_failed": self.attempts_failed,
+            "first_attempt_at": self.first_attempt_at,
+            "next_attempt_at": self.next_attempt_at,
+            "recovery": None
+            if self.recovery is None
+            else {
+                "detail": self.recovery.detail,
+                "error_type": self.recovery.error_type,
+                "progress": self.recovery.progress,
+            },
+            "last_error": self.last_error,
+            "ended_at": self.ended_at,
+        }
+        return json.dumps(data, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> ExecRecord:
+        d = json.loads(text)
+        recovery = d["recovery"]
+        return ExecRecord(
+            exec_id=d["exec_id"],
+            step_type=d["step_type"],
+            number=d["number"],
+            input=_unb64(d["input"]) or b"",
+            options=_unb64(d["options"]) or b"",
+            from_exec_id=d["from_exec_id"],
+            status=ExecStatus(d["status"]),
+            created_at=d["created_at"],
+            remote=d["remote"],
+            failure_remote=d["failure_remote"],
+            wait=_unb64(d["wait"]),
+            wait_started_at=d["wait_started_at"],
+            condition_results=_unb64(d["condition_results"]),
+            wait_for_failed=d["wait_for_failed"],
+            wait_for_failures=d["wait_for_failures"],
+            locals={k: _unb64(v) or b"" for k, v in d["locals"].items()},
+            heartbeat=_unb64(d["heartbeat"]),
+            attempts_started=d["attempts_started"],
+            attempts_failed=d["attempts_failed"],
+            first_attempt_at=d["first_attempt_at"],
+            next_attempt_at=d["next_attempt_at"],
+            recovery=None if recovery is None else RecoveryRecord(**recovery),
+            last_error=d["last_error"],
+            ended_at=d["ended_at"],
+        )
+
+
+@dataclass(kw_only=True)
+class RunRecord:
+    """The run row: status, ownership epoch, counters and search fields."""
+
+    flow_id: str
+    run_id: str
+    flow_type: str
+    flow_hash: str
+    status: RunStatus
+    epoch: int
+    started_at: float
+    closed_at: float | None = None
+    error_type: str = ""
+    error_message: str = ""
+    counters: dict[str, int] = field(default_factory=dict)
+    """Per Step type, the number of executions created so far."""
+    next_message_seq: int = 1
+    graceful_completed: bool = False
+    active_step_types: list[str] = field(default_factory=list)
+    search_attributes: dict[str, Any] = field(default_factory=dict)
+    """Indexed Attribute values by index key, as JSON-compatible values."""
+    start_request_id: str = ""
+
+    def extra_json(self) -> str:
+        return json.dumps(
+            {
+                "counters": self.counters,
+                "next_message_seq": self.next_message_seq,
+                "graceful_completed": self.graceful_completed,
+                "start_request_id": self.start_request_id,
+            },
+            separators=(",", ":"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelMessageRecord:
+    """One pending Channel message."""
+
+    channel: str
+    """Physical channel name (``name`` or ``name/<quoted instance>``)."""
+    seq: int
+    message_id: str
+    value: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttributeRecord:
+    key: str
+    value: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryRecord:
+    """One entry of a run's Step history."""
+
+    at: float
+    exec_id: str
+    event: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompletionRecord:
+    step_type: str
+    exec_id: str
+    output: bytes
+
+
+@dataclass(kw_only=True)
+class Commit:
+    """Everything one Step result, RPC or transition changes, applied atomically."""
+
+    flow_id: str
+    epoch: int
+    run: RunRecord | None = None
+    attribute_upserts: dict[str, bytes] = field(default_factory=dict)
+    attribute_deletes: set[str] = field(default_factory=set)
+    message_deletes: list[tuple[str, str]] = field(default_factory=list)
+    """``(channel, message_id)`` pairs, applied before the appends."""
+    message_appends: list[ChannelMessageRecord] = field(default_factory=list)
+    executions: list[ExecRecord] = field(default_factory=list)
+    completions: list[CompletionRecord] = field(default_factory=list)
+    history: list[HistoryRecord] = field(default_factory=list)
+    rpc_request: tuple[str, bytes] | None = None
+    """``(request_id, response)`` remembered for retried client calls."""
+
+
+@dataclass(kw_only=True)
+class LoadedRun:
+    """A run as activation reads it."""
+
+    run: RunRecord
+    attributes: dict[str, bytes]
+    messages: list[ChannelMessageRecord]
+    executions: list[ExecRecord]
+    completions: list[CompletionRecord]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamRecord:
+    offset: int
+    created_at: float
+    source: str
+    value: bytes

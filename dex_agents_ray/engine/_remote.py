@@ -1,0 +1,160 @@
+"""Step handlers that run as Ray tasks.
+
+The task acknowledges its start to the run's host before any user code runs
+(the host records the start durably, or refuses a superseded attempt), sends
+heartbeats and Stream writes back as they happen, and returns the mapped
+result. Ray's retries are off: the engine owns attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+from typing import Any
+
+from dex._invocation_context import InvocationMethod
+from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine._invoke import (
+    FlowMapper,
+    MovementExtras,
+    StepResult,
+    build_registry,
+    invoke_step,
+)
+from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
+
+GATE_BEFORE_ACK_ENV = "DEX_AGENTS_RAY_GATE_BEFORE_ACK"
+"""Crash-injection point: ``<state_dir>:<gate name>`` makes a remote Step task
+wait on that ``FileGate`` before it acknowledges its start (tests use it to kill
+a worker that has not started user code)."""
+
+ABANDONED = "abandoned"
+
+_definitions: dict[str, tuple[Any, FlowMapper]] = {}
+_definitions_lock = threading.Lock()
+
+
+def definition_key(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()
+
+
+def load_definition(blob: bytes) -> tuple[Any, FlowMapper]:
+    """Unpickle a stored Flow (once per process) into its registered form."""
+    from ray import cloudpickle
+
+    key = definition_key(blob)
+    with _definitions_lock:
+        cached = _definitions.get(key)
+        if cached is None:
+            flow, codecs = cloudpickle.loads(blob)
+            registry = build_registry(flow, codecs)
+            cached = (registry._flow_by_type(flow.get_flow_type()), FlowMapper(registry))
+            _definitions[key] = cached
+        return cached
+
+
+def encode_result(result: StepResult) -> tuple[str, bytes, list[tuple[str | None, str | None]]]:
+    extras = [
+        (
+            None if x.remote is None else x.remote.to_json(),
+            None if x.failure_remote is None else x.failure_remote.to_json(),
+        )
+        for x in result.extras
+    ]
+    if result.wait_for is not None:
+        return "wait_for", result.wait_for.SerializeToString(), extras
+    assert result.execute is not None
+    return "execute", result.execute.SerializeToString(), extras
+
+
+def decode_result(encoded: tuple[str, bytes, list[tuple[str | None, str | None]]]) -> StepResult:
+    kind, payload, extras = encoded
+    movement_extras = [
+        MovementExtras(
+            remote=None if r is None else RayTaskOptions.from_json(r),
+            failure_remote=None if f is None else RayTaskOptions.from_json(f),
+        )
+        for r, f in extras
+    ]
+    if kind == "wait_for":
+        return StepResult(
+            wait_for=pb.InvokeWaitForMethodResponse.FromString(payload), extras=movement_extras
+        )
+    return StepResult(
+        execute=pb.InvokeExecuteMethodResponse.FromString(payload), extras=movement_extras
+    )
+
+
+def _wait_at_gate() -> None:
+    spec = os.environ.get(GATE_BEFORE_ACK_ENV)
+    if not spec:
+        return
+    from dex_agents_ray.testing._gates import FileGate
+
+    state_dir, name = spec.rsplit(":", 1)
+    FileGate(state_dir, name).wait_for_release_sync()
+
+
+def run_remote_step(
+    blob: bytes,
+    method: str,
+    request: bytes,
+    progress: str,
+    host: Any,
+    flow_id: str,
+    exec_id: str,
+    attempt: int,
+) -> Any:
+    """The body of a remote Step task (see the module docstring)."""
+    import ray
+
+    _wait_at_gate()
+    if not ray.get(host.ack_remote_start.remote(flow_id, exec_id, attempt)):
+        return ABANDONED
+    flow, mapper = load_definition(blob)
+    invocation = InvocationMethod.WAIT_FOR if method == "wait_for" else InvocationMethod.EXECUTE
+    parsed: pb.InvokeExecuteMethodRequest | pb.InvokeWaitForMethodRequest
+    if invocation is InvocationMethod.WAIT_FOR:
+        parsed = pb.InvokeWaitForMethodRequest.FromString(request)
+    else:
+        parsed = pb.InvokeExecuteMethodRequest.FromString(request)
+    sent: list[Any] = []
+
+    def sink(frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
+        kind = "heartbeat" if isinstance(frame, pb.StepMethodHeartbeat) else "stream"
+        sent.append(
+            host.remote_frame.remote(flow_id, exec_id, attempt, kind, frame.SerializeToString())
+        )
+
+    try:
+        result = asyncio.run(
+            invoke_step(
+                mapper,
+                flow,
+                invocation,
+                parsed,
+                attempt_progress=StepAttemptProgress(progress),
+                is_active=lambda: True,
+                sink=sink,
+            )
+        )
+    finally:
+        if sent:
+            ray.get(sent)
+    return encode_result(result)
+
+
+_remote_function: Any = None
+
+
+def remote_step_function() -> Any:
+    """The ``ray.remote`` wrapper of :func:`run_remote_step`, built on first use."""
+    global _remote_function
+    if _remote_function is None:
+        import ray
+
+        _remote_function = ray.remote(max_retries=0)(run_remote_step)
+    return _remote_function

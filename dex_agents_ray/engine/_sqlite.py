@@ -1,0 +1,495 @@
+"""The embedded SQLite ``FlowStore`` (WAL, one file, any number of processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dex_agents_ray.engine._records import (
+    SCHEMA_VERSION,
+    ChannelMessageRecord,
+    Commit,
+    CompletionRecord,
+    ExecRecord,
+    ExecStatus,
+    HistoryRecord,
+    LoadedRun,
+    RunRecord,
+    RunStatus,
+    StreamRecord,
+)
+from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS flow_definitions (
+    flow_type TEXT NOT NULL, flow_hash TEXT NOT NULL, blob BLOB NOT NULL,
+    created_at REAL NOT NULL, PRIMARY KEY (flow_type, flow_hash));
+CREATE TABLE IF NOT EXISTS epochs (flow_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    flow_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, flow_type TEXT NOT NULL,
+    flow_hash TEXT NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL,
+    closed_at REAL, error_type TEXT NOT NULL, error_message TEXT NOT NULL,
+    active_step_types TEXT NOT NULL, search_attributes TEXT NOT NULL, extra TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS attributes (
+    flow_id TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (flow_id, key));
+CREATE TABLE IF NOT EXISTS messages (
+    flow_id TEXT NOT NULL, channel TEXT NOT NULL, seq INTEGER NOT NULL,
+    message_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (flow_id, seq));
+CREATE INDEX IF NOT EXISTS messages_by_id ON messages (flow_id, channel, message_id);
+CREATE TABLE IF NOT EXISTS executions (
+    flow_id TEXT NOT NULL, exec_id TEXT NOT NULL, status TEXT NOT NULL,
+    wake_at REAL, doc TEXT NOT NULL, PRIMARY KEY (flow_id, exec_id));
+CREATE INDEX IF NOT EXISTS executions_active ON executions (status, wake_at);
+CREATE TABLE IF NOT EXISTS completions (
+    flow_id TEXT NOT NULL, seq INTEGER NOT NULL, step_type TEXT NOT NULL,
+    exec_id TEXT NOT NULL, output BLOB NOT NULL, PRIMARY KEY (flow_id, seq));
+CREATE TABLE IF NOT EXISTS history (
+    flow_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, exec_id TEXT NOT NULL,
+    event TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (flow_id, seq));
+CREATE TABLE IF NOT EXISTS rpc_requests (
+    flow_id TEXT NOT NULL, request_id TEXT NOT NULL, response BLOB NOT NULL,
+    PRIMARY KEY (flow_id, request_id));
+CREATE TABLE IF NOT EXISTS streams (
+    flow_id TEXT NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
+    created_at REAL NOT NULL, source TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (flow_id, stream, offset));
+"""
+
+_PER_RUN_TABLES = ("attributes", "messages", "executions", "completions", "rpc_requests")
+
+
+class SqliteFlowStore:
+    """``FlowStore`` on one SQLite file in WAL mode.
+
+    All statements of one store object run on one dedicated thread and one
+    connection, so the event loop never blocks on the disk. Processes share the
+    file; SQLite serializes their writers.
+    """
+
+    def __init__(self, config: SqliteStoreConfig) -> None:
+        self._config = config
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteFlowStore({self._config.path!r})"
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dex-sqlite")
+        await self._run(self._open_sync)
+
+    def _open_sync(self) -> None:
+        Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._config.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA journal_mode=WAL")
+        sync = "FULL" if self._config.durability == "full" else "NORMAL"
+        conn.execute(f"PRAGMA synchronous={sync}")
+        conn.executescript(_SCHEMA)
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif int(row[0]) > SCHEMA_VERSION:
+            conn.execute("ROLLBACK")
+            raise RuntimeError(
+                f"store {self._config.path} has schema version {row[0]}; this release "
+                f"reads versions up to {SCHEMA_VERSION}"
+            )
+        conn.execute("COMMIT")
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._executor is None:
+            return
+        await self._run(self._close_sync)
+        self._executor.shutdown(wait=True)
+        self._executor = None
+
+    def _close_sync(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise RuntimeError("the store is not open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the store is not open")
+        return self._conn
+
+    # -- flow definitions -------------------------------------------------------------
+
+    async def put_flow_definition(self, flow_type: str, flow_hash: str, blob: bytes) -> None:
+        def put() -> None:
+            self._db().execute(
+                "INSERT OR IGNORE INTO flow_definitions VALUES (?, ?, ?, ?)",
+                (flow_type, flow_hash, blob, time.time()),
+            )
+
+        await self._run(put)
+
+    async def get_flow_definition(self, flow_type: str, flow_hash: str) -> bytes | None:
+        def get() -> bytes | None:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT blob FROM flow_definitions WHERE flow_type=? AND flow_hash=?",
+                    (flow_type, flow_hash),
+                )
+                .fetchone()
+            )
+            return None if row is None else bytes(row[0])
+
+        return await self._run(get)
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def activate(self, flow_id: str) -> tuple[int, LoadedRun | None]:
+        return await self._run(self._activate_sync, flow_id)
+
+    def _activate_sync(self, flow_id: str) -> tuple[int, LoadedRun | None]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                "INSERT INTO epochs VALUES (?, 1) "
+                "ON CONFLICT (flow_id) DO UPDATE SET epoch = epoch + 1",
+                (flow_id,),
+            )
+            epoch = int(
+                db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (flow_id,)).fetchone()[0]
+            )
+            loaded = self._load_sync(flow_id)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return epoch, loaded
+
+    def _load_sync(self, flow_id: str) -> LoadedRun | None:
+        db = self._db()
+        run = self._get_run_sync(flow_id)
+        if run is None:
+            return None
+        attributes = {
+            key: bytes(value)
+            for key, value in db.execute(
+                "SELECT key, value FROM attributes WHERE flow_id=?", (flow_id,)
+            )
+        }
+        messages = [
+            ChannelMessageRecord(channel=c, seq=s, message_id=m, value=bytes(v))
+            for c, s, m, v in db.execute(
+                "SELECT channel, seq, message_id, value FROM messages WHERE flow_id=? ORDER BY seq",
+                (flow_id,),
+            )
+        ]
+        executions = [
+            ExecRecord.from_json(doc)
+            for (doc,) in db.execute(
+                "SELECT doc FROM executions WHERE flow_id=? ORDER BY rowid", (flow_id,)
+            )
+        ]
+        return LoadedRun(
+            run=run,
+            attributes=attributes,
+            messages=messages,
+            executions=executions,
+            completions=self._completions_sync(flow_id),
+        )
+
+    async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
+        await self._run(self._commit_sync, commit, replace_run)
+
+    def _commit_sync(self, commit: Commit, replace_run: bool) -> None:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)).fetchone()
+            current = None if row is None else int(row[0])
+            if current != commit.epoch:
+                raise StaleEpochError(commit.flow_id, commit.epoch, current)
+            if replace_run:
+                for table in _PER_RUN_TABLES:
+                    db.execute(f"DELETE FROM {table} WHERE flow_id=?", (commit.flow_id,))
+            self._apply(db, commit)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, c: Commit) -> None:
+        fid = c.flow_id
+        if c.run is not None:
+            r = c.run
+            db.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    fid,
+                    r.run_id,
+                    r.flow_type,
+                    r.flow_hash,
+                    r.status.value,
+                    r.started_at,
+                    r.closed_at,
+                    r.error_type,
+                    r.error_message,
+                    json.dumps(r.active_step_types),
+                    json.dumps(r.search_attributes, sort_keys=True),
+                    r.extra_json(),
+                ),
+            )
+        for key in c.attribute_deletes:
+            db.execute("DELETE FROM attributes WHERE flow_id=? AND key=?", (fid, key))
+        db.executemany(
+            "INSERT OR REPLACE INTO attributes VALUES (?,?,?)",
+            [(fid, k, v) for k, v in c.attribute_upserts.items()],
+        )
+        for channel, message_id in c.message_deletes:
+            db.execute(
+                "DELETE FROM messages WHERE flow_id=? AND channel=? AND message_id=?",
+                (fid, channel, message_id),
+            )
+        db.executemany(
+            "INSERT INTO messages VALUES (?,?,?,?,?)",
+            [(fid, m.channel, m.seq, m.message_id, m.value) for m in c.message_appends],
+        )
+        db.executemany(
+            "INSERT OR REPLACE INTO executions VALUES (?,?,?,?,?)",
+            [(fid, e.exec_id, e.status.value, e.wake_at, e.to_json()) for e in c.executions],
+        )
+        if c.completions:
+            base = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM completions WHERE flow_id=?", (fid,)
+            ).fetchone()[0]
+            db.executemany(
+                "INSERT INTO completions VALUES (?,?,?,?,?)",
+                [
+                    (fid, base + i + 1, x.step_type, x.exec_id, x.output)
+                    for i, x in enumerate(c.completions)
+                ],
+            )
+        if c.history:
+            base = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM history WHERE flow_id=?", (fid,)
+            ).fetchone()[0]
+            db.executemany(
+                "INSERT INTO history VALUES (?,?,?,?,?,?)",
+                [
+                    (fid, base + i + 1, h.at, h.exec_id, h.event, json.dumps(h.detail))
+                    for i, h in enumerate(c.history)
+                ],
+            )
+        if c.rpc_request is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO rpc_requests VALUES (?,?,?)",
+                (fid, c.rpc_request[0], c.rpc_request[1]),
+            )
+
+    async def get_run(self, flow_id: str) -> RunRecord | None:
+        return await self._run(self._get_run_sync, flow_id)
+
+    def _get_run_sync(self, flow_id: str) -> RunRecord | None:
+        db = self._db()
+        row = db.execute("SELECT * FROM runs WHERE flow_id=?", (flow_id,)).fetchone()
+        if row is None:
+            return None
+        epoch_row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (flow_id,)).fetchone()
+        return _run_from_row(row, 0 if epoch_row is None else int(epoch_row[0]))
+
+    async def list_runs(self) -> list[RunRecord]:
+        def list_all() -> list[RunRecord]:
+            return [
+                _run_from_row(row, 0)
+                for row in self._db().execute("SELECT * FROM runs ORDER BY started_at, flow_id")
+            ]
+
+        return await self._run(list_all)
+
+    async def completions(self, flow_id: str) -> list[CompletionRecord]:
+        return await self._run(self._completions_sync, flow_id)
+
+    def _completions_sync(self, flow_id: str) -> list[CompletionRecord]:
+        return [
+            CompletionRecord(step_type=t, exec_id=e, output=bytes(o))
+            for t, e, o in self._db().execute(
+                "SELECT step_type, exec_id, output FROM completions WHERE flow_id=? ORDER BY seq",
+                (flow_id,),
+            )
+        ]
+
+    async def history(self, flow_id: str) -> list[HistoryRecord]:
+        def read() -> list[HistoryRecord]:
+            return [
+                HistoryRecord(at=at, exec_id=e, event=ev, detail=json.loads(d))
+                for at, e, ev, d in self._db().execute(
+                    "SELECT at, exec_id, event, detail FROM history WHERE flow_id=? ORDER BY seq",
+                    (flow_id,),
+                )
+            ]
+
+        return await self._run(read)
+
+    async def rpc_response(self, flow_id: str, request_id: str) -> bytes | None:
+        def read() -> bytes | None:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT response FROM rpc_requests WHERE flow_id=? AND request_id=?",
+                    (flow_id, request_id),
+                )
+                .fetchone()
+            )
+            return None if row is None else bytes(row[0])
+
+        return await self._run(read)
+
+    async def runs_with_work(self) -> list[str]:
+        def read() -> list[str]:
+            rows = self._db().execute(
+                "SELECT DISTINCT e.flow_id FROM executions e JOIN runs r ON r.flow_id = e.flow_id "
+                "WHERE r.status = ? AND e.status IN (?, ?, ?)",
+                (
+                    RunStatus.RUNNING.value,
+                    ExecStatus.WAIT_FOR.value,
+                    ExecStatus.WAITING.value,
+                    ExecStatus.READY.value,
+                ),
+            )
+            return [row[0] for row in rows]
+
+        return await self._run(read)
+
+    # -- streams ----------------------------------------------------------------------
+
+    async def append_stream(
+        self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
+    ) -> int:
+        def append() -> int:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                last = db.execute(
+                    "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
+                    (flow_id, stream),
+                ).fetchone()[0]
+                offset = int(last) + 1
+                db.execute(
+                    "INSERT INTO streams VALUES (?,?,?,?,?,?)",
+                    (flow_id, stream, offset, time.time(), source, value),
+                )
+                if capacity_bytes > 0:
+                    self._trim_stream(db, flow_id, stream, capacity_bytes)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return offset
+
+        return await self._run(append)
+
+    @staticmethod
+    def _trim_stream(db: sqlite3.Connection, flow_id: str, stream: str, capacity: int) -> None:
+        total = 0
+        keep_from: int | None = None
+        for offset, size in db.execute(
+            "SELECT offset, LENGTH(value) FROM streams WHERE flow_id=? AND stream=? "
+            "ORDER BY offset DESC",
+            (flow_id, stream),
+        ):
+            total += int(size)
+            if total > capacity and keep_from is not None:
+                break
+            keep_from = int(offset)
+        if keep_from is not None:
+            db.execute(
+                "DELETE FROM streams WHERE flow_id=? AND stream=? AND offset < ?",
+                (flow_id, stream, keep_from),
+            )
+
+    async def read_stream(
+        self, flow_id: str, stream: str, after_offset: int, limit: int
+    ) -> list[StreamRecord]:
+        def read() -> list[StreamRecord]:
+            return [
+                StreamRecord(offset=o, created_at=t, source=s, value=bytes(v))
+                for o, t, s, v in self._db().execute(
+                    "SELECT offset, created_at, source, value FROM streams "
+                    "WHERE flow_id=? AND stream=? AND offset > ? ORDER BY offset LIMIT ?",
+                    (flow_id, stream, after_offset, limit),
+                )
+            ]
+
+        return await self._run(read)
+
+    async def list_stream(
+        self, flow_id: str, stream: str, before_offset: int | None, limit: int
+    ) -> list[StreamRecord]:
+        def read() -> list[StreamRecord]:
+            bound = before_offset if before_offset is not None else 2**62
+            return [
+                StreamRecord(offset=o, created_at=t, source=s, value=bytes(v))
+                for o, t, s, v in self._db().execute(
+                    "SELECT offset, created_at, source, value FROM streams "
+                    "WHERE flow_id=? AND stream=? AND offset < ? ORDER BY offset DESC LIMIT ?",
+                    (flow_id, stream, bound, limit),
+                )
+            ]
+
+        return await self._run(read)
+
+
+def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:
+    (
+        flow_id,
+        run_id,
+        flow_type,
+        flow_hash,
+        status,
+        started_at,
+        closed_at,
+        error_type,
+        error_message,
+        active,
+        search,
+        extra,
+    ) = row
+    extra_d = json.loads(extra)
+    return RunRecord(
+        flow_id=flow_id,
+        run_id=run_id,
+        flow_type=flow_type,
+        flow_hash=flow_hash,
+        status=RunStatus(status),
+        epoch=epoch,
+        started_at=started_at,
+        closed_at=closed_at,
+        error_type=error_type,
+        error_message=error_message,
+        counters=dict(extra_d["counters"]),
+        next_message_seq=int(extra_d["next_message_seq"]),
+        graceful_completed=bool(extra_d["graceful_completed"]),
+        start_request_id=str(extra_d["start_request_id"]),
+        active_step_types=list(json.loads(active)),
+        search_attributes=dict(json.loads(search)),
+    )

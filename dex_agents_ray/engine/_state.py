@@ -1,0 +1,409 @@
+"""A run's state in memory, the requests handlers see, and transactions on it.
+
+``RunState`` mirrors what the store holds for one run. A ``Tx`` stages changes
+on a working copy and turns them into one ``Commit``; memory changes only after
+the store accepted that commit (``RunState.apply``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import grpc
+from dex.dexpb import dex_pb2 as pb
+from dex.runtime_errors import ChannelMessageNotFoundError, ErrorSubStatus
+
+from dex_agents_ray.engine._invoke import MovementExtras
+from dex_agents_ray.engine._records import (
+    ChannelMessageRecord,
+    Commit,
+    CompletionRecord,
+    ExecRecord,
+    ExecStatus,
+    HistoryRecord,
+    RecoveryRecord,
+    RunRecord,
+    RunStatus,
+)
+
+
+def uuid7() -> str:
+    """A time-ordered UUIDv7 string (RFC 9562), as Dex assigns to messages."""
+    ms = int(time.time() * 1000)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= rand & ((1 << 62) - 1)
+    return str(uuid.UUID(int=value))
+
+
+class RunState:
+    """One run's committed state."""
+
+    def __init__(self) -> None:
+        self.run: RunRecord | None = None
+        self.attributes: dict[str, bytes] = {}
+        self.channels: dict[str, list[ChannelMessageRecord]] = {}
+        self.execs: dict[str, ExecRecord] = {}
+        self.completions: list[CompletionRecord] = []
+
+    def load(
+        self,
+        run: RunRecord,
+        attributes: dict[str, bytes],
+        messages: Iterable[ChannelMessageRecord],
+        execs: Iterable[ExecRecord],
+        completions: list[CompletionRecord],
+    ) -> None:
+        self.run = run
+        self.attributes = dict(attributes)
+        self.channels = {}
+        for message in messages:
+            self.channels.setdefault(message.channel, []).append(message)
+        self.execs = {e.exec_id: e for e in execs}
+        self.completions = list(completions)
+
+    def apply(self, commit: Commit, *, replace_run: bool = False) -> None:
+        if replace_run:
+            self.attributes, self.channels, self.execs, self.completions = {}, {}, {}, []
+        if commit.run is not None:
+            self.run = commit.run
+        for key in commit.attribute_deletes:
+            self.attributes.pop(key, None)
+        self.attributes.update(commit.attribute_upserts)
+        for channel, message_id in commit.message_deletes:
+            queue = self.channels.get(channel, [])
+            self.channels[channel] = [m for m in queue if m.message_id != message_id]
+        for message in commit.message_appends:
+            self.channels.setdefault(message.channel, []).append(message)
+        for name in [n for n, q in self.channels.items() if not q]:
+            del self.channels[name]
+        for record in commit.executions:
+            self.execs[record.exec_id] = record
+        self.completions.extend(commit.completions)
+
+    @property
+    def is_running(self) -> bool:
+        return self.run is not None and self.run.status is RunStatus.RUNNING
+
+    def active_execs(self) -> list[ExecRecord]:
+        return [e for e in self.execs.values() if e.status.is_active]
+
+    # -- what a handler sees -----------------------------------------------------------
+
+    def context(self, e: ExecRecord, attempt: int) -> pb.Context:
+        assert self.run is not None
+        context = pb.Context(
+            flow_id=self.run.flow_id,
+            run_id=self.run.run_id,
+            flow_started_timestamp=int(self.run.started_at),
+            step_execution_id=e.exec_id,
+            first_attempt_timestamp=int(e.first_attempt_at or time.time()),
+            attempt=attempt,
+            from_step_execution_id=e.from_exec_id,
+            run_attempt=1,
+        )
+        if e.recovery is not None:
+            context.recovery_error.detail = e.recovery.detail
+            context.recovery_error.error_type = e.recovery.error_type
+        if e.heartbeat is not None:
+            context.last_heartbeat_value.CopyFrom(pb.Value.FromString(e.heartbeat))
+        return context
+
+    def attribute_kvs(self, loaded_map_keys: Sequence[str]) -> list[pb.KV]:
+        """Static Attributes, plus the AttributeMap instances the handler loads."""
+        whole_maps = tuple(k for k in loaded_map_keys if k.endswith("/"))
+        instances = {k for k in loaded_map_keys if not k.endswith("/")}
+        kvs = []
+        for key, value in self.attributes.items():
+            if "/" in key and key not in instances and not key.startswith(whole_maps):
+                continue
+            kvs.append(pb.KV(key=key, value=pb.Value.FromString(value)))
+        return kvs
+
+    def channel_infos(self) -> dict[str, pb.ChannelInfo]:
+        return {name: pb.ChannelInfo(size=len(q)) for name, q in self.channels.items()}
+
+    def loaded_messages(
+        self, channel_names: Sequence[str], map_instances: Sequence[str]
+    ) -> dict[str, pb.ChannelValues]:
+        whole_maps = tuple(k for k in map_instances if k.endswith("/"))
+        wanted = set(channel_names) | {k for k in map_instances if not k.endswith("/")}
+        loaded: dict[str, pb.ChannelValues] = {}
+        for name, queue in self.channels.items():
+            if name in wanted or (whole_maps and name.startswith(whole_maps)):
+                loaded[name] = pb.ChannelValues(
+                    messages=[
+                        pb.ChannelMessage(
+                            channel_name=name,
+                            value=pb.Value.FromString(m.value),
+                            message_id=m.message_id,
+                        )
+                        for m in queue
+                    ]
+                )
+        return loaded
+
+    def execute_request(self, e: ExecRecord, attempt: int) -> pb.InvokeExecuteMethodRequest:
+        assert self.run is not None
+        options = pb.StepOptions.FromString(e.options)
+        request = pb.InvokeExecuteMethodRequest(
+            context=self.context(e, attempt),
+            flow_type=self.run.flow_type,
+            step_type=e.step_type,
+            step_input=pb.Value.FromString(e.input),
+            attributes=self.attribute_kvs(options.execute_load_attribute_map_instances),
+            step_exe_locals=[
+                pb.KV(key=k, value=pb.Value.FromString(v)) for k, v in e.locals.items()
+            ],
+            channel_infos=self.channel_infos(),
+            loaded_channel_messages=self.loaded_messages(
+                options.execute_load_channel_names, options.execute_load_channel_map_instances
+            ),
+            loaded_attribute_map_instances=options.execute_load_attribute_map_instances,
+            loaded_channel_names=options.execute_load_channel_names,
+            loaded_channel_map_instances=options.execute_load_channel_map_instances,
+        )
+        if e.condition_results is not None:
+            request.condition_results.CopyFrom(pb.ConditionResults.FromString(e.condition_results))
+        if e.wait_for_failed:
+            request.condition_results.wait_for_failed = True
+        return request
+
+    def wait_for_request(self, e: ExecRecord, attempt: int) -> pb.InvokeWaitForMethodRequest:
+        assert self.run is not None
+        options = pb.StepOptions.FromString(e.options)
+        return pb.InvokeWaitForMethodRequest(
+            context=self.context(e, attempt),
+            flow_type=self.run.flow_type,
+            step_type=e.step_type,
+            step_input=pb.Value.FromString(e.input),
+            attributes=self.attribute_kvs(options.wait_for_load_attribute_map_instances),
+            channel_infos=self.channel_infos(),
+            loaded_channel_messages=self.loaded_messages(
+                options.wait_for_load_channel_names, options.wait_for_load_channel_map_instances
+            ),
+            loaded_attribute_map_instances=options.wait_for_load_attribute_map_instances,
+            loaded_channel_names=options.wait_for_load_channel_names,
+            loaded_channel_map_instances=options.wait_for_load_channel_map_instances,
+        )
+
+    def rpc_request(
+        self,
+        rpc_name: str,
+        input_value: pb.Value | None,
+        attribute_maps: Sequence[str],
+        channel_names: Sequence[str],
+        channel_maps: Sequence[str],
+    ) -> pb.InvokeWorkerRPCRequest:
+        assert self.run is not None
+        request = pb.InvokeWorkerRPCRequest(
+            context=pb.Context(
+                flow_id=self.run.flow_id,
+                run_id=self.run.run_id,
+                flow_started_timestamp=int(self.run.started_at),
+            ),
+            flow_type=self.run.flow_type,
+            rpc_name=rpc_name,
+            attributes=self.attribute_kvs(attribute_maps),
+            channel_infos=self.channel_infos(),
+            loaded_channel_messages=self.loaded_messages(channel_names, channel_maps),
+            loaded_attribute_map_instances=attribute_maps,
+            loaded_channel_names=channel_names,
+            loaded_channel_map_instances=channel_maps,
+        )
+        if input_value is not None:
+            request.input.CopyFrom(input_value)
+        return request
+
+
+def _search_value(value: pb.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "obj_value":
+        if value.obj_value.encoding == "json":
+            return json.loads(value.obj_value.payload.decode("utf-8"))
+        return None
+    if kind == "null_value" or kind is None:
+        return None
+    return getattr(value, kind)
+
+
+class Tx:
+    """Changes to a run staged on a working copy, committed as one ``Commit``."""
+
+    def __init__(self, state: RunState, epoch: int, now: float) -> None:
+        assert state.run is not None
+        self._state = state
+        self.now = now
+        self.run = copy.deepcopy(state.run)
+        self.commit = Commit(flow_id=self.run.flow_id, epoch=epoch)
+        self._channels: dict[str, list[ChannelMessageRecord]] = {}
+        self._execs: dict[str, ExecRecord] = {}
+        self._new_execs: list[ExecRecord] = []
+        self.canceled: list[str] = []
+        self.closed = False
+
+    # -- attributes, channels ----------------------------------------------------------
+
+    def write_attributes(self, writes: Iterable[pb.AttributeWrite]) -> None:
+        for write in writes:
+            is_null = write.value.WhichOneof("kind") == "null_value"
+            if is_null:
+                self.commit.attribute_deletes.add(write.key)
+                self.commit.attribute_upserts.pop(write.key, None)
+            else:
+                self.commit.attribute_upserts[write.key] = write.value.SerializeToString()
+                self.commit.attribute_deletes.discard(write.key)
+            if write.HasField("index_config") and write.index_config.enable:
+                index_key = write.index_config.index_key or write.key
+                if is_null:
+                    self.run.search_attributes.pop(index_key, None)
+                else:
+                    self.run.search_attributes[index_key] = _search_value(write.value)
+
+    def queue(self, channel: str) -> list[ChannelMessageRecord]:
+        if channel not in self._channels:
+            self._channels[channel] = list(self._state.channels.get(channel, ()))
+        return self._channels[channel]
+
+    def delete_messages(
+        self, deletions: Iterable[pb.ChannelMessageDeletion], *, strict: bool
+    ) -> None:
+        """Delete staged message IDs; ``strict`` (transactional) refuses missing ones."""
+        for deletion in deletions:
+            queue = self.queue(deletion.channel_name)
+            kept = [m for m in queue if m.message_id != deletion.message_id]
+            if len(kept) == len(queue):
+                if strict:
+                    raise ChannelMessageNotFoundError(
+                        grpc.StatusCode.NOT_FOUND,
+                        ErrorSubStatus.CHANNEL_MESSAGE_NOT_FOUND,
+                        f"channel {deletion.channel_name!r} has no pending message "
+                        f"{deletion.message_id!r}",
+                        "InvokeRPC",
+                        self.run.flow_id,
+                    )
+                continue
+            queue[:] = kept
+            self.commit.message_deletes.append((deletion.channel_name, deletion.message_id))
+
+    def consume(self, messages: Iterable[ChannelMessageRecord]) -> None:
+        for message in messages:
+            queue = self.queue(message.channel)
+            queue[:] = [m for m in queue if m.message_id != message.message_id]
+            self.commit.message_deletes.append((message.channel, message.message_id))
+
+    def publish(self, publications: Iterable[pb.ChannelMessage]) -> None:
+        for publication in publications:
+            record = ChannelMessageRecord(
+                channel=publication.channel_name,
+                seq=self.run.next_message_seq,
+                message_id=uuid7(),
+                value=publication.value.SerializeToString(),
+            )
+            self.run.next_message_seq += 1
+            self.queue(record.channel).append(record)
+            self.commit.message_appends.append(record)
+
+    def channel_empty(self, channel: str) -> bool:
+        return not self.queue(channel)
+
+    # -- executions --------------------------------------------------------------------
+
+    def current(self, exec_id: str) -> ExecRecord:
+        return self._execs.get(exec_id) or self._state.execs[exec_id]
+
+    def update(self, record: ExecRecord) -> None:
+        self._execs[record.exec_id] = record
+
+    def active_snapshot(self) -> list[ExecRecord]:
+        seen = {**self._state.execs, **self._execs}
+        return [e for e in seen.values() if e.status.is_active]
+
+    def create(
+        self,
+        movement: pb.StepMovement,
+        extras: MovementExtras | None,
+        *,
+        from_exec_id: str,
+        recovery: RecoveryRecord | None = None,
+        remote: str | None = None,
+        not_before: float | None = None,
+    ) -> ExecRecord:
+        step_type = movement.step_type
+        number = self.run.counters.get(step_type, 0) + 1
+        self.run.counters[step_type] = number
+        options = movement.step_options
+        if remote is None and extras is not None and extras.remote is not None:
+            remote = extras.remote.to_json()
+        failure_remote = None
+        if extras is not None and extras.failure_remote is not None:
+            failure_remote = extras.failure_remote.to_json()
+        record = ExecRecord(
+            exec_id=f"{step_type}-{number}",
+            step_type=step_type,
+            number=number,
+            input=movement.step_input.SerializeToString(),
+            options=options.SerializeToString(),
+            from_exec_id=from_exec_id,
+            status=ExecStatus.READY if options.skip_wait_for else ExecStatus.WAIT_FOR,
+            created_at=self.now,
+            remote=remote,
+            failure_remote=failure_remote,
+            recovery=recovery,
+            next_attempt_at=not_before,
+        )
+        self._execs[record.exec_id] = record
+        self._new_execs.append(record)
+        self.history(record.exec_id, "step_scheduled", {"from": from_exec_id})
+        return record
+
+    def cancel(self, records: Iterable[ExecRecord], reason: str) -> None:
+        for record in records:
+            if not record.status.is_active:
+                continue
+            self.update(replace(record, status=ExecStatus.CANCELED, ended_at=self.now))
+            self.canceled.append(record.exec_id)
+            self.history(record.exec_id, "step_canceled", {"reason": reason})
+
+    def close(self, status: RunStatus, error_type: str = "", message: str = "") -> None:
+        """Close the run and cancel every execution still active."""
+        self.run.status = status
+        self.run.closed_at = self.now
+        self.run.error_type = error_type
+        self.run.error_message = message
+        self.closed = True
+        self.cancel(self.active_snapshot(), f"flow {status.value}")
+        self.history("", "flow_closed", {"status": status.value, "error": message})
+
+    def complete_output(self, exec_id: str, step_type: str, output: pb.Value) -> None:
+        self.commit.completions.append(
+            CompletionRecord(
+                step_type=step_type, exec_id=exec_id, output=output.SerializeToString()
+            )
+        )
+
+    def history(self, exec_id: str, event: str, detail: dict[str, Any]) -> None:
+        self.commit.history.append(
+            HistoryRecord(at=self.now, exec_id=exec_id, event=event, detail=detail)
+        )
+
+    @property
+    def new_execs(self) -> list[ExecRecord]:
+        return list(self._new_execs)
+
+    def build(self) -> Commit:
+        active = [e for e in self.active_snapshot()]
+        self.run.active_step_types = sorted({e.step_type for e in active})
+        self.commit.run = self.run
+        self.commit.executions = list(self._execs.values())
+        return self.commit

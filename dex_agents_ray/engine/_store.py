@@ -1,0 +1,121 @@
+"""The ``FlowStore`` interface every durable backend implements.
+
+Everything above this interface (hosts, clients, the scheduler) is written
+against it, so a backend is a drop-in: SQLite is the embedded default, and a
+PostgreSQL store implements the same methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from dex_agents_ray.engine._records import (
+    Commit,
+    CompletionRecord,
+    HistoryRecord,
+    LoadedRun,
+    RunRecord,
+    StreamRecord,
+)
+
+__all__ = ["FlowStore", "SqliteStoreConfig", "StaleEpochError", "StoreConfig", "open_store"]
+
+
+class StaleEpochError(RuntimeError):
+    """A commit came from an incarnation that no longer owns the run."""
+
+    def __init__(self, flow_id: str, epoch: int, current: int | None) -> None:
+        super().__init__(
+            f"run {flow_id!r}: commit from ownership epoch {epoch} refused; "
+            f"the current epoch is {current}"
+        )
+        self.flow_id = flow_id
+        self.epoch = epoch
+        self.current = current
+
+
+class FlowStore(Protocol):
+    """Durable storage of flow definitions, runs, Step history and Streams.
+
+    Every method is safe to call from any process that can reach the store; a
+    run's writes are fenced by its ownership epoch (:meth:`activate`).
+    """
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def put_flow_definition(self, flow_type: str, flow_hash: str, blob: bytes) -> None:
+        """Keep a pickled Flow definition (idempotent)."""
+
+    async def get_flow_definition(self, flow_type: str, flow_hash: str) -> bytes | None: ...
+
+    async def activate(self, flow_id: str) -> tuple[int, LoadedRun | None]:
+        """Take ownership of a run: bump and return its epoch, and load it."""
+
+    async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
+        """Apply ``commit`` in one transaction if ``commit.epoch`` is current.
+
+        ``replace_run`` first drops the per-run state of an earlier run of the
+        same flow ID (a re-start of a closed flow). Raises ``StaleEpochError``.
+        """
+
+    async def get_run(self, flow_id: str) -> RunRecord | None: ...
+
+    async def list_runs(self) -> list[RunRecord]: ...
+
+    async def completions(self, flow_id: str) -> list[CompletionRecord]: ...
+
+    async def history(self, flow_id: str) -> list[HistoryRecord]: ...
+
+    async def rpc_response(self, flow_id: str, request_id: str) -> bytes | None: ...
+
+    async def runs_with_work(self) -> list[str]:
+        """Running runs with an execution that needs a host (not only waiting)."""
+
+    async def append_stream(
+        self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
+    ) -> int:
+        """Append a message, trim the oldest past ``capacity_bytes``; return its offset."""
+
+    async def read_stream(
+        self, flow_id: str, stream: str, after_offset: int, limit: int
+    ) -> list[StreamRecord]:
+        """Messages with an offset greater than ``after_offset``, oldest first."""
+
+    async def list_stream(
+        self, flow_id: str, stream: str, before_offset: int | None, limit: int
+    ) -> list[StreamRecord]:
+        """Messages older than ``before_offset`` (or the newest), newest first."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SqliteStoreConfig:
+    """Where the embedded SQLite store lives, and how durable its commits are."""
+
+    path: str
+    """Absolute path of the database file."""
+    durability: str = "full"
+    """``full``: fsync each commit (power-loss safe). ``process``:
+    ``synchronous=NORMAL``, survives process crashes only."""
+
+    def __post_init__(self) -> None:
+        if not Path(self.path).is_absolute():
+            raise ValueError(f"SqliteStoreConfig.path must be absolute, got {self.path!r}")
+        if self.durability not in ("full", "process"):
+            raise ValueError(
+                f"SqliteStoreConfig.durability must be 'full' or 'process', "
+                f"got {self.durability!r}"
+            )
+
+
+StoreConfig = SqliteStoreConfig
+
+
+def open_store(config: StoreConfig) -> FlowStore:
+    """Build (not yet open) the store ``config`` describes."""
+    from dex_agents_ray.engine._sqlite import SqliteFlowStore
+
+    return SqliteFlowStore(config)

@@ -1,0 +1,12 @@
+"""Test helpers users can use too: gates, invocation counts, crash injection."""
+
+from dex_agents_ray.testing._crash import gate_before_ack_env, kill_flow_actor, kill_process
+from dex_agents_ray.testing._gates import FileGate, InvocationLog
+
+__all__ = [
+    "FileGate",
+    "InvocationLog",
+    "gate_before_ack_env",
+    "kill_flow_actor",
+    "kill_process",
+]

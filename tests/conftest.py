@@ -1,0 +1,74 @@
+"""One local Ray for the whole test session; each test gets its own namespace and store."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+# Ray 2.60 turns on token auth for new local clusters; keep the CLI and the
+# runtime in agreement so nothing depends on a token file from an earlier run.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray workers import the test flows by module name: put the repository on their path.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p
+)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            namespace=f"tests-{uuid.uuid4().hex[:8]}",
+            log_to_driver=False,
+        )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store" / "engine.db"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "state"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+async def engine_factory(
+    ray_session: None, namespace: str, store_path: Path
+) -> AsyncIterator[object]:
+    """Start engines on this test's namespace and store; all are shut down after."""
+    from dex_agents_ray.engine import FlowEngine
+
+    engines: list[FlowEngine] = []
+
+    async def start(flows: list[object], **kwargs: object) -> FlowEngine:
+        kwargs.setdefault("store", store_path)
+        kwargs.setdefault("namespace", namespace)
+        engine = await FlowEngine.start(flows, **kwargs)  # type: ignore[arg-type]
+        engines.append(engine)
+        return engine
+
+    try:
+        yield start
+    finally:
+        for engine in engines:
+            await engine.shutdown(stop_hosts=True)

@@ -139,7 +139,9 @@ class EngineClient:
             id_reuse_policy=options.id_reuse_policy.value,
             ignore_already_started=options.ignore_already_started,
             request_id=options.request_id or str(uuid.uuid4()),
-            start_delay=None if options.start_delay is None else options.start_delay.total_seconds(),
+            start_delay=None
+            if options.start_delay is None
+            else options.start_delay.total_seconds(),
         )
         return str(await self._call(_require_id(flow_id), "start_flow", request))
 
@@ -158,9 +160,12 @@ class EngineClient:
                 else definition.name
             )
             write = pb.AttributeWrite(
-                key=key, value=self._values.encode(init.value, self._values.codec(definition.value_type))
+                key=key,
+                value=self._values.encode(init.value, self._values.codec(definition.value_type)),
             )
-            index = self._values.index_config(definition.index, isinstance(definition, AttributeMap))
+            index = self._values.index_config(
+                definition.index, isinstance(definition, AttributeMap)
+            )
             if index is not None:
                 write.index_config.CopyFrom(index)
             _apply_attribute_store_sync(write, definition)
@@ -264,7 +269,9 @@ class EngineClient:
         try:
             offset = int(next_page_token or "0")
         except ValueError as error:
-            raise ValueError(f"search_flows: invalid next_page_token {next_page_token!r}") from error
+            raise ValueError(
+                f"search_flows: invalid next_page_token {next_page_token!r}"
+            ) from error
         predicate = matcher(parse_query(query))
         hits = [run for run in await self._engine.store.list_runs() if predicate(_fields(run))]
         page = hits[offset : offset + page_size]
@@ -362,7 +369,9 @@ def _refuse_unsupported(options: StartFlowOptions) -> None:
     if options.timeout is not None:
         raise ValueError("StartFlowOptions.timeout: flow timeouts are not supported by this engine")
     if options.retry_policy is not None:
-        raise ValueError("StartFlowOptions.retry_policy: flow retries are not supported by this engine")
+        raise ValueError(
+            "StartFlowOptions.retry_policy: flow retries are not supported by this engine"
+        )
 
 
 def _require_id(flow_id: str) -> str:

@@ -229,14 +229,18 @@ class RunDriver:
         finally:
             self.locks.release(keys, record.exec_id)
 
-    async def _commit_wait_for(self, exec_id: str, response: pb.InvokeWaitForMethodResponse) -> None:
+    async def _commit_wait_for(
+        self, exec_id: str, response: pb.InvokeWaitForMethodResponse
+    ) -> None:
         tx = self.tx()
         current = tx.current(exec_id)
         tx.write_attributes(response.upsert_attributes)
         tx.delete_messages(response.delete_from_channel, strict=False)
         tx.publish(response.publish_to_channel)
         locals_ = dict(current.locals)
-        locals_.update({kv.key: kv.value.SerializeToString() for kv in response.upsert_step_exe_locals})
+        locals_.update(
+            {kv.key: kv.value.SerializeToString() for kv in response.upsert_step_exe_locals}
+        )
         waiting = response.HasField("waiting_condition")
         tx.update(
             replace(
@@ -257,7 +261,9 @@ class RunDriver:
         tx = self.tx()
         current = tx.current(exec_id)
         failures = current.wait_for_failures + 1
-        policy = options.wait_for_retry_policy if options.HasField("wait_for_retry_policy") else None
+        policy = (
+            options.wait_for_retry_policy if options.HasField("wait_for_retry_policy") else None
+        )
         first = current.first_attempt_at or current.created_at
         delay = next_retry_delay(policy, failures, first, tx.now, outcome.retry_after)
         detail = {"method": "wait_for", "attempt": failures, "error_type": outcome.error_type}
@@ -289,7 +295,9 @@ class RunDriver:
                     detail="the host running this attempt stopped before it finished",
                     infrastructure=True,
                 )
-                await self._execute_failed(record.exec_id, record.attempts_started, options, outcome)
+                await self._execute_failed(
+                    record.exec_id, record.attempts_started, options, outcome
+                )
             return
         await self._sleep_until(record.next_attempt_at)
         attempt = record.attempts_failed + 1
@@ -354,7 +362,9 @@ class RunDriver:
         tx.delete_messages(response.delete_from_channel, strict=False)
         tx.publish(response.publish_to_channel)
         tx.update(replace(current, status=ExecStatus.COMPLETED, ended_at=tx.now))
-        tx.history(exec_id, "step_completed", {"attempt": current.attempts_started, **_events(response)})
+        tx.history(
+            exec_id, "step_completed", {"attempt": current.attempts_started, **_events(response)}
+        )
         values = self.definition.mapper.values
         apply_decision(
             tx,
@@ -437,7 +447,9 @@ class RunDriver:
             if is_wait
             else self.state.execute_request(record, attempt)
         )
-        raw_timeout = options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
+        raw_timeout = (
+            options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
+        )
         timeout = float(raw_timeout or DEFAULT_METHOD_TIMEOUT)
         heartbeat_timeout = float(options.heartbeat_timeout_seconds) or None
         progress = (
@@ -460,7 +472,7 @@ class RunDriver:
                     sink=lambda frame: self.on_frame(exec_id, attempt, frame),
                 )
             )
-            live = _Live(attempt, loop.time(), future.cancel)
+            live = _Live(attempt, loop.time(), lambda: _cancel(future))
             decode: Callable[[Any], StepResult] = _identity
         else:
             future, kill = self._submit_remote(record, attempt, method, request, progress)
@@ -523,7 +535,9 @@ class RunDriver:
         live = self._live.get(exec_id)
         return live is not None and live.attempt == attempt and self.state.is_running
 
-    def on_frame(self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
+    def on_frame(
+        self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    ) -> None:
         """A heartbeat or Stream write from a running attempt (local or remote)."""
         live = self._live.get(exec_id)
         if live is None or live.attempt != attempt:
@@ -535,7 +549,9 @@ class RunDriver:
         checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
         self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
 
-    async def _persist_heartbeat(self, exec_id: str, attempt: int, checkpoint: bytes | None) -> None:
+    async def _persist_heartbeat(
+        self, exec_id: str, attempt: int, checkpoint: bytes | None
+    ) -> None:
         async with self.commit_lock:
             record = self.state.execs.get(exec_id)
             if record is None or not record.status.is_active or record.heartbeat == checkpoint:
@@ -600,6 +616,10 @@ class RunDriver:
 
 class _Abandoned(Exception):
     """A remote task found its attempt superseded and ran nothing."""
+
+
+def _cancel(future: asyncio.Future[Any]) -> None:
+    future.cancel()
 
 
 def _identity(value: Any) -> StepResult:

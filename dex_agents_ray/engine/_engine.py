@@ -106,7 +106,7 @@ class FlowEngine:
         await flow_store.open()
         hashes: dict[str, str] = {}
         for flow in flows:
-            blob = cloudpickle.dumps((flow, codec_registry))
+            blob: bytes = cloudpickle.dumps((flow, codec_registry))  # type: ignore[no-untyped-call]
             flow_hash = hashlib.sha256(blob).hexdigest()[:32]
             await flow_store.put_flow_definition(flow.get_flow_type(), flow_hash, blob)
             hashes[flow.get_flow_type()] = flow_hash
@@ -128,7 +128,10 @@ class FlowEngine:
         flow_type = flow.get_flow_type() if isinstance(flow, Flow) else None
         if flow_type is None or flow_type not in self._hashes:
             known = ", ".join(sorted(self._hashes)) or "none"
-            raise ValueError(f"flow {flow_type or flow!r} is not registered with this engine (registered: {known})")
+            raise ValueError(
+                f"flow {flow_type or flow!r} is not registered with this engine "
+                f"(registered: {known})"
+            )
         return self.registry._flow_for_instance(flow), self._hashes[flow_type]
 
     def host(self, flow_id: str) -> Any:

@@ -77,9 +77,7 @@ def unwrap(result: Envelope) -> Any:
     if kind == "dex":
         name, code, sub_status, detail, operation, flow_id = payload
         cls = getattr(runtime_errors, name, DexServiceError)
-        raise cls(
-            grpc.StatusCode[code], ErrorSubStatus(sub_status), detail, operation, flow_id
-        )
+        raise cls(grpc.StatusCode[code], ErrorSubStatus(sub_status), detail, operation, flow_id)
     name, message = payload
     local = _LOCAL_ERRORS.get(name)
     if local is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._driver import FlowDefinition, RunDriver
@@ -33,7 +34,7 @@ def host_name(flow_id: str) -> str:
 class FlowHost:
     """Hosts runs; see the module docstring. Methods return envelopes."""
 
-    async def __init__(self, config: StoreConfig, flow_id: str | None = None) -> None:
+    async def __init__(self, config: StoreConfig, flow_id: str | None = None) -> None:  # type: ignore[misc]
         self._store: FlowStore = open_store(config)
         await self._store.open()
         self._drivers: dict[str, RunDriver] = {}
@@ -181,7 +182,9 @@ class FlowHost:
                     write.stream_capacity_bytes,
                 )
             except Exception:
-                logger.exception("run %s: Stream %s write lost (streams are best effort)", flow_id, stream)
+                logger.exception(
+                    "run %s: Stream %s write lost (streams are best effort)", flow_id, stream
+                )
             waiter = self._stream_waiters.pop((flow_id, stream), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)

@@ -114,7 +114,9 @@ class FlowMapper(WorkerDispatcher):
         return self._values
 
     @staticmethod
-    def _registered_movement_target(flow: _RegisteredFlow, step: type[Step[Any]]) -> _RegisteredStep:
+    def _registered_movement_target(
+        flow: _RegisteredFlow, step: type[Step[Any]]
+    ) -> _RegisteredStep:
         return flow.step_class(step_class(step))
 
     def _map_wait(self, flow: _RegisteredFlow, wait: Wait) -> pb.WaitingCondition | None:
@@ -126,9 +128,7 @@ class FlowMapper(WorkerDispatcher):
         if sink is not None:
             target = self._registered_movement_target(flow, movement.step)
             options = (
-                movement.options
-                if movement.options is not None
-                else target.step.get_step_options()
+                movement.options if movement.options is not None else target.step.get_step_options()
             )
             sink.append(_extras(flow, options))
         return mapped
@@ -232,7 +232,9 @@ class _Emitter:
 
 def _frame(mapper: FlowMapper, output: StepOutput) -> Frame:
     heartbeat, stream_write = mapper._map_step_output(output)
-    return heartbeat if heartbeat is not None else stream_write
+    frame = heartbeat if heartbeat is not None else stream_write
+    assert frame is not None
+    return frame
 
 
 @dataclass
@@ -264,7 +266,9 @@ async def invoke_step(
     ``InvalidStepResultError`` for a result the SDK refuses to map.
     """
     step = flow.step(request.step_type)
-    handler = step.step.wait_for if method is InvocationMethod.WAIT_FOR else step.step.execute
+    handler: Callable[..., Any] = (
+        step.step.wait_for if method is InvocationMethod.WAIT_FOR else step.step.execute
+    )
     condition_results = None
     locals_: Any = ()
     if isinstance(request, pb.InvokeExecuteMethodRequest):

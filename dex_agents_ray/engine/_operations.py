@@ -74,7 +74,9 @@ def _reuse_refusal(existing: RunRecord, request: StartRequest) -> str | None:
         policy is IdReusePolicy.ALLOW_IF_PREVIOUS_FAILED
         and existing.status not in _RESTARTABLE_AFTER_FAILURE
     ):
-        return f"flow {existing.flow_id!r} completed; the policy allows a restart only after failure"
+        return (
+            f"flow {existing.flow_id!r} completed; the policy allows a restart only after failure"
+        )
     return None
 
 
@@ -173,7 +175,7 @@ async def _commit_rpc(
     request_id: str,
     transactional: bool,
 ) -> bytes:
-    output = response.output.SerializeToString()
+    output: bytes = response.output.SerializeToString()
     has_effects = bool(
         response.upsert_attributes
         or response.publish_to_channel

@@ -72,7 +72,9 @@ def parse_query(query: str) -> list[Term]:
         if index < len(tokens):
             kind, word = tokens[index]
             if kind != "word" or word.upper() != "AND":
-                raise ValueError(f"search query: expected AND, got {word!r} (only AND is supported)")
+                raise ValueError(
+                    f"search query: expected AND, got {word!r} (only AND is supported)"
+                )
             index += 1
             if index == len(tokens):
                 raise ValueError("search query: AND at the end of the query")

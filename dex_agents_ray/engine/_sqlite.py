@@ -224,7 +224,9 @@ class SqliteFlowStore:
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)).fetchone()
+            row = db.execute(
+                "SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)
+            ).fetchone()
             current = None if row is None else int(row[0])
             if current != commit.epoch:
                 raise StaleEpochError(commit.flow_id, commit.epoch, current)

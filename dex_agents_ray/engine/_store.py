@@ -106,8 +106,7 @@ class SqliteStoreConfig:
             raise ValueError(f"SqliteStoreConfig.path must be absolute, got {self.path!r}")
         if self.durability not in ("full", "process"):
             raise ValueError(
-                f"SqliteStoreConfig.durability must be 'full' or 'process', "
-                f"got {self.durability!r}"
+                f"SqliteStoreConfig.durability must be 'full' or 'process', got {self.durability!r}"
             )
 
 

@@ -80,11 +80,17 @@ class SyncEngineClient:
     def wait_for_flow(self, flow_id: str, timeout: float | None = None) -> FlowResult:
         return self._run(self._client.wait_for_flow(flow_id, timeout))
 
-    def search_flows(self, query: str, page_size: int, next_page_token: str = "") -> SearchFlowsPage:
+    def search_flows(
+        self, query: str, page_size: int, next_page_token: str = ""
+    ) -> SearchFlowsPage:
         return self._run(self._client.search_flows(query, page_size, next_page_token))
 
     def read_stream(
-        self, flow_id: str, stream: Stream[Any], resume_token: str = "", timeout: float | None = None
+        self,
+        flow_id: str,
+        stream: Stream[Any],
+        resume_token: str = "",
+        timeout: float | None = None,
     ) -> StreamMessage[Any]:
         return self._run(self._client.read_stream(flow_id, stream, resume_token, timeout))
 

@@ -51,7 +51,8 @@ class FileGate:
     async def wait_for_release(self) -> None:
         """Record arrival (with this process's PID), then wait until released."""
         self._arrive()
-        while not self._released.exists():
+        # The release comes from another process: poll the file.
+        while not self._released.exists():  # noqa: ASYNC110
             await asyncio.sleep(_POLL_SECONDS)
 
     def wait_for_release_sync(self) -> None:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from dex_agents_ray.media import AgentImageReference
+
 JsonValue: TypeAlias = (
     str | int | float | bool | None | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
 )
@@ -60,27 +62,6 @@ class ModelResponseError(RuntimeError):
         super().__init__(message)
         self.provider = provider
         self.api = api
-
-
-@runtime_checkable
-class ModelImageReference(Protocol):
-    """What a model client reads of an image reference.
-
-    The session's ``AgentImageReference`` has these fields; the bytes are in
-    :attr:`ModelRequest.image_bytes` under :attr:`sha256`.
-    """
-
-    @property
-    def uri(self) -> str: ...
-
-    @property
-    def mime_type(self) -> str: ...
-
-    @property
-    def sha256(self) -> str: ...
-
-    @property
-    def size_bytes(self) -> int: ...
 
 
 def _require_text(value: object, name: str, *, allow_empty: bool = True) -> None:
@@ -132,12 +113,13 @@ class UserTextItem:
 
     text: str
     """The text."""
-    images: Sequence[ModelImageReference] = ()
-    """References to images shown after the text; empty for none."""
+    images: Sequence[AgentImageReference] = ()
+    """References to images shown after the text; the bytes are in
+    :attr:`ModelRequest.image_bytes`. Empty for none."""
 
     def __post_init__(self) -> None:
         _require_text(self.text, "UserTextItem.text")
-        _as_tuple(self, "UserTextItem.images", self.images, ModelImageReference)
+        _as_tuple(self, "UserTextItem.images", self.images, AgentImageReference)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,14 +136,14 @@ class ToolResultItem:
     """The name of the tool that was called."""
     output: str
     """The model-visible output text."""
-    images: Sequence[ModelImageReference] = ()
+    images: Sequence[AgentImageReference] = ()
     """References to images the tool returned; empty for none."""
 
     def __post_init__(self) -> None:
         _require_text(self.tool_call_id, "ToolResultItem.tool_call_id", allow_empty=False)
         _require_text(self.tool_name, "ToolResultItem.tool_name", allow_empty=False)
         _require_text(self.output, "ToolResultItem.output")
-        _as_tuple(self, "ToolResultItem.images", self.images, ModelImageReference)
+        _as_tuple(self, "ToolResultItem.images", self.images, AgentImageReference)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,7 +294,7 @@ class ModelRequest:
         if self.tool_choice is ToolChoice.REQUIRED and not self.tools:
             raise ValueError("ModelRequest.tool_choice is 'required' but no tools are offered")
 
-    def images(self) -> list[ModelImageReference]:
+    def images(self) -> list[AgentImageReference]:
         """Every image reference in :attr:`input`, in order, repeats included."""
         return [
             image

@@ -77,6 +77,7 @@ class RunDriver:
         definition: FlowDefinition | None,
         host_handle: Any,
         on_stream: Callable[[str, str, str, pb.StepStreamWrite], None],
+        on_stale: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.flow_id = flow_id
@@ -88,6 +89,7 @@ class RunDriver:
         self.stale = False
         self._host_handle = host_handle
         self._on_stream = on_stream
+        self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, _Live] = {}
         self._changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -151,6 +153,7 @@ class RunDriver:
             await self.store.commit(built, replace_run=replace_run)
         except StaleEpochError:
             self.stale = True
+            self._on_stale()
             raise
         self.state.apply(built, replace_run=replace_run)
         if isinstance(tx, Tx):
@@ -453,9 +456,9 @@ class RunDriver:
         timeout = float(raw_timeout or DEFAULT_METHOD_TIMEOUT)
         heartbeat_timeout = float(options.heartbeat_timeout_seconds) or None
         progress = (
-            StepAttemptProgress.NOT_STARTED
-            if record.attempts_started == 0
-            else StepAttemptProgress.NOT_COMPLETED
+            StepAttemptProgress(record.recovery.progress)
+            if record.recovery is not None
+            else StepAttemptProgress.UNSPECIFIED
         )
         loop = asyncio.get_running_loop()
         exec_id = record.exec_id

@@ -43,6 +43,7 @@ class FlowHost:
         self._stream_waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._stream_queues: dict[str, asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]] = {}
         self._stream_writers: set[asyncio.Task[None]] = set()
+        self._refused: dict[str, int] = {}
         self._resume: asyncio.Task[RunDriver] | None = None
         if flow_id is not None:
             self._resume = asyncio.get_running_loop().create_task(self._driver(flow_id))
@@ -77,6 +78,7 @@ class FlowHost:
             definition=definition,
             host_handle=ray.get_runtime_context().current_actor,
             on_stream=self._on_stream,
+            on_stale=lambda: self._count_refusal(flow_id),
         )
         if loaded is not None:
             driver.load(loaded)
@@ -247,6 +249,13 @@ class FlowHost:
         self._drivers.pop(flow_id, None)
         driver = await self._driver(flow_id)
         return driver.epoch
+
+    def _count_refusal(self, flow_id: str) -> None:
+        self._refused[flow_id] = self._refused.get(flow_id, 0) + 1
+
+    def refused_commits(self, flow_id: str) -> int:
+        """How many commits of superseded incarnations of ``flow_id`` the store refused."""
+        return self._refused.get(flow_id, 0)
 
     async def epoch_of(self, flow_id: str) -> int | None:
         driver = self._drivers.get(flow_id)

@@ -1,0 +1,104 @@
+"""Steps that run as Ray tasks: placement, start acknowledgement, worker deaths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dex import FlowStatus
+
+from dex_agents_ray.testing import FileGate, InvocationLog, gate_before_ack_env, kill_process
+from tests.engine.flows_crash import CrashFlow, Job
+
+
+async def test_remote_step_runs_in_a_task_worker_and_commits(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    FileGate(state_dir, "work-1").release()
+    await engine.client.start_flow(flow, "remote-1", Job(str(state_dir), remote=True))
+
+    result = await engine.client.wait_for_flow("remote-1", timeout=90)
+
+    assert result.status is FlowStatus.COMPLETED
+    assert result.completions[0].decode(list[str]) == ["attempt-1"]
+    host_pid = await engine.host("remote-1").pid.remote()
+    worker_pid = FileGate(state_dir, "work-1").reached_pids()[0]
+    assert worker_pid != host_pid
+    history = await engine.client.read_step_history("remote-1")
+    started = [h.step_execution_id for h in history if h.event == "attempt_started"]
+    assert started == ["Begin-1", "Work-1", "Finish-1"]
+
+
+async def test_worker_killed_before_start_ack_is_not_started(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    env = gate_before_ack_env(str(state_dir), "ack")
+    await engine.client.start_flow(
+        flow, "remote-2", Job(str(state_dir), attempts=1, remote=True, env=env)
+    )
+    worker_pid = await FileGate(state_dir, "ack").wait_until_reached(timeout=120)
+    kill_process(worker_pid)
+
+    result = await engine.client.wait_for_flow("remote-2", timeout=90)
+
+    assert result.completions[0].decode(str) == "recovered:not_started"
+    assert InvocationLog(state_dir / "work.log").entries() == []
+    history = await engine.client.read_step_history("remote-2")
+    failed = [h for h in history if h.event == "attempt_failed"]
+    assert failed[0].detail["started"] is False
+    assert failed[0].detail["error_type"] == "WorkerCrashedError"
+
+
+async def test_worker_killed_after_start_ack_is_not_completed(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(flow, "remote-3", Job(str(state_dir), attempts=1, remote=True))
+    worker_pid = await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
+    kill_process(worker_pid)
+
+    result = await engine.client.wait_for_flow("remote-3", timeout=90)
+
+    assert result.completions[0].decode(str) == "recovered:not_completed"
+    assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1"]
+
+
+async def test_worker_death_consumes_an_attempt_and_the_retry_runs(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    FileGate(state_dir, "work-2").release()
+    await engine.client.start_flow(flow, "remote-4", Job(str(state_dir), attempts=2, remote=True))
+    kill_process(await FileGate(state_dir, "work-1").wait_until_reached(timeout=120))
+
+    result = await engine.client.wait_for_flow("remote-4", timeout=90)
+
+    assert result.completions[0].decode(list[str]) == ["attempt-2"]
+    assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1", "Work-1/2"]
+
+
+async def test_host_killed_while_remote_step_runs_kills_the_task_and_retries(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    from dex_agents_ray.testing import kill_flow_actor
+
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    FileGate(state_dir, "work-2").release()
+    await engine.client.start_flow(flow, "remote-5", Job(str(state_dir), remote=True))
+    await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
+    await kill_flow_actor(engine, "remote-5")
+
+    result = await engine.client.wait_for_flow("remote-5", timeout=90)
+
+    # The task died with its owner; the attempt counts as failed, the retry commits.
+    assert result.completions[0].decode(list[str]) == ["attempt-2"]
+    history = await engine.client.read_step_history("remote-5")
+    failed = [h for h in history if h.event == "attempt_failed"]
+    assert [f.detail["error_type"] for f in failed] == ["HostDiedError"]

@@ -61,6 +61,15 @@ def _file_store_uri(root: str) -> str:
     return "file://" + encoded.rstrip("/")
 
 
+class _ReplacedError(MediaStoreError):
+    """The name was given another inode between ``lstat`` and ``open`` (a concurrent
+    writer renamed its file into place)."""
+
+
+# Reads retry when a concurrent writer replaces the file under them.
+_READ_ATTEMPTS = 3
+
+
 def _describe(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "a symbolic link"
@@ -80,6 +89,18 @@ def _close(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, remaining)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
 
 
 def _fsync_directory_path(path: str) -> None:
@@ -200,6 +221,14 @@ class LocalDirectoryMediaStore:
             _close(root_fd)
 
     def _read_file(self, media_fd: int, name: str, reference: AgentImageReference) -> bytes:
+        for _ in range(_READ_ATTEMPTS - 1):
+            try:
+                return self._read_file_once(media_fd, name, reference)
+            except _ReplacedError:
+                continue
+        return self._read_file_once(media_fd, name, reference)
+
+    def _read_file_once(self, media_fd: int, name: str, reference: AgentImageReference) -> bytes:
         uri = reference.uri
         expected = self._inspect(media_fd, name, uri)
         if expected is None:
@@ -212,16 +241,7 @@ class LocalDirectoryMediaStore:
             )
         fd = self._open_checked(media_fd, name, expected, uri)
         try:
-            limit = reference.size_bytes + 1
-            chunks: list[bytes] = []
-            remaining = limit
-            while remaining > 0:
-                chunk = os.read(fd, remaining)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
-            return b"".join(chunks)
+            return _read_at_most(fd, reference.size_bytes + 1)
         except OSError as error:
             raise self._error(f"cannot read image file {self._path(name)!r}", error, uri) from error
         finally:
@@ -356,19 +376,14 @@ class LocalDirectoryMediaStore:
         """Whether the existing image file has exactly ``data``."""
         if existing.st_size != len(data):
             return False
-        fd = self._open_checked(media_fd, name, existing, uri)
         try:
-            chunks: list[bytes] = []
-            remaining = len(data) + 1
-            while remaining > 0:
-                chunk = os.read(fd, remaining)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
+            fd = self._open_checked(media_fd, name, existing, uri)
+        except _ReplacedError:
+            return False  # a concurrent writer's file; renaming ours over it is as good
+        try:
+            return _read_at_most(fd, len(data) + 1) == data
         finally:
             _close(fd)
-        return b"".join(chunks) == data
 
     # -- checks --------------------------------------------------------------
 
@@ -394,12 +409,14 @@ class LocalDirectoryMediaStore:
             raise
         try:
             info = os.fstat(fd)
-            self._require_plain_file(info, name, uri)
-            if (info.st_dev, info.st_ino) != (expected.st_dev, expected.st_ino):
-                raise MediaStoreError(
+            same = (info.st_dev, info.st_ino) == (expected.st_dev, expected.st_ino)
+            # No links left: a concurrent writer renamed its file over this one.
+            if not same or info.st_nlink == 0:
+                raise _ReplacedError(
                     f"refusing image file {self._path(name)!r}: it was replaced while being opened",
                     uri=uri,
                 )
+            self._require_plain_file(info, name, uri)
         except BaseException:
             _close(fd)
             raise

@@ -111,8 +111,8 @@ async def start_run(driver: RunDriver, request: StartRequest) -> str:
             driver.definition.flow, pb.Value.FromString(request.input)
         )
         not_before = now + request.start_delay if request.start_delay else None
-        tx.create(movement, extras, from_exec_id="", not_before=not_before)
         tx.history("", "flow_started", {"run_id": fresh.run.run_id})
+        tx.create(movement, extras, from_exec_id="", not_before=not_before)
         had_tasks = existing is not None and existing.status is RunStatus.RUNNING
         if had_tasks:
             await driver.stop()

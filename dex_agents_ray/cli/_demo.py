@@ -41,6 +41,9 @@ from dex import (
 
 from dex_agents_ray.engine import FlowEngine, RayTaskOptions, RemoteStepOptions
 
+# dex-python-sdk 1.23 types Step.execute as synchronous; its Registry accepts
+# `async def` handlers with allow_async_handlers=True, hence the ignores below.
+
 Quotes = Channel("quotes", str)
 Chosen = Attribute("chosen", str)
 Charged = Attribute("charged", int)
@@ -61,7 +64,7 @@ class QuoteRequest:
 
 
 class Receive(Step[Order]):
-    async def execute(self, context: AsyncContext, input: Order) -> dex.StepDecision:
+    async def execute(self, context: AsyncContext, input: Order) -> dex.StepDecision:  # type: ignore[override]
         remote = RemoteStepOptions(ray=RayTaskOptions(num_cpus=0.25))
         return dex.go_to_many(
             *(StepMovement.of(Quote, QuoteRequest(s, input), options=remote) for s in SUPPLIERS),
@@ -101,7 +104,7 @@ class Charge(Step[Order]):
             execute_retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
         )
 
-    async def execute(self, context: AsyncContext, input: Order) -> dex.StepDecision:
+    async def execute(self, context: AsyncContext, input: Order) -> dex.StepDecision:  # type: ignore[override]
         if context.attempt == 1:
             os.kill(os.getpid(), signal.SIGKILL)  # the crash: the host process dies here
         Charged.set(context, Charged.get(context) + input.cents)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,32 @@ logger = logging.getLogger("dex_agents_ray.engine")
 
 DEFAULT_NAMESPACE = "dex-agents-ray"
 DEFAULT_STORE_DIR = ".dex-agents-ray"
+
+
+def _resolve_annotations(flow: Flow[Any]) -> None:
+    """Replace string annotations of handlers with the objects they name.
+
+    A Flow defined in ``__main__`` or a notebook is pickled by value, and
+    cloudpickle keeps only the globals a function's code uses, so string
+    annotations (``from __future__ import annotations``) could not be resolved
+    where the Flow is unpickled. Resolving them here, where the globals exist,
+    makes the stored definition self-contained.
+    """
+    holders: list[type[Any]] = [type(flow)]
+    holders.extend(type(entry.step) for entry in flow.get_steps())
+    for holder in holders:
+        for name, member in vars(holder).items():
+            function = getattr(member, "__func__", member)
+            if not callable(function) or not getattr(function, "__annotations__", None):
+                continue
+            if name not in ("execute", "wait_for", "handle_timeout") and not hasattr(
+                function, "__dex_rpc_options__"
+            ):
+                continue
+            try:
+                function.__annotations__ = typing.get_type_hints(function, include_extras=True)
+            except (NameError, TypeError):
+                continue  # the Registry reports unresolvable annotations itself
 
 
 def _store_config(store: str | Path | StoreConfig | None) -> StoreConfig:
@@ -106,6 +133,7 @@ class FlowEngine:
         await flow_store.open()
         hashes: dict[str, str] = {}
         for flow in flows:
+            _resolve_annotations(flow)
             blob: bytes = cloudpickle.dumps((flow, codec_registry))  # type: ignore[no-untyped-call]
             flow_hash = hashlib.sha256(blob).hexdigest()[:32]
             await flow_store.put_flow_definition(flow.get_flow_type(), flow_hash, blob)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 
 import dex
 from dex import (
@@ -20,8 +19,6 @@ from dex import (
     Wait,
     rpc,
 )
-
-from dex_agents_ray.testing import FileGate, InvocationLog
 
 Total = Attribute("total", int)
 Inbox = Channel("inbox", str)

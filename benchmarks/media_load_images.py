@@ -42,6 +42,7 @@ from dex_agents_ray.media import (
 )
 from dex_agents_ray.s3 import S3MediaStore
 
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 KEYS = {"access_key_id": "bench-key", "secret_access_key": "bench-not-a-secret"}
 
 

@@ -16,12 +16,9 @@ from typing import Any
 
 import pytest
 from media_s3_proxy import S3FaultProxy
+from media_support import S3_KEYS, S3_REGION, make_s3_store
 
 from dex_agents_ray.s3 import S3MediaStore
-
-# Fixed, non-secret keys for the loopback moto server.
-S3_KEYS = {"access_key_id": "media-tests-key", "secret_access_key": "media-tests-not-a-secret"}
-S3_REGION = "us-east-1"
 
 
 def _free_port() -> int:
@@ -103,17 +100,6 @@ def s3_bucket(s3_admin: Any) -> str:
     name = f"media-{uuid.uuid4().hex[:16]}"
     s3_admin.create_bucket(Bucket=name)
     return name
-
-
-def make_s3_store(endpoint: str, bucket: str, prefix: str = "sessions") -> S3MediaStore:
-    return S3MediaStore(
-        bucket,
-        prefix,
-        endpoint_url=endpoint,
-        region_name=S3_REGION,
-        force_path_style=True,
-        **S3_KEYS,
-    )
 
 
 @pytest.fixture

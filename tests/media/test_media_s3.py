@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import S3_KEYS, make_s3_store
 from media_images import gif, jpeg, png, webp
 from media_s3_proxy import S3FaultProxy
+from media_support import S3_KEYS, make_s3_store
 
 from dex_agents_ray.media import (
     AgentImageReference,

@@ -217,6 +217,8 @@ class LocalDirectoryMediaStore:
                 return self._read_file(media_fd, name, reference)
             finally:
                 _close(media_fd)
+        except OSError as error:
+            raise self._error(f"cannot read image {uri!r}", error, uri) from error
         finally:
             _close(root_fd)
 

@@ -82,7 +82,7 @@ def _as_tuple(
     for index, item in enumerate(items):
         if not isinstance(item, types):
             expected = " or ".join(kind.__name__ for kind in types)
-            raise TypeError(f"{name}[{index}] must be a {expected}, not {type(item).__name__}")
+            raise TypeError(f"{name}[{index}] must be {expected}, not {type(item).__name__}")
     object.__setattr__(owner, name.rsplit(".", 1)[-1], items)
 
 

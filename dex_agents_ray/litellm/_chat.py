@@ -176,7 +176,8 @@ async def read_chat_stream(
     signatures (or ``reasoning_content`` from a provider without blocks).
 
     Raises:
-        ModelResponseError: The stream ended before a ``finish_reason``.
+        ModelResponseError: The stream ended before a ``finish_reason``, or
+            carried no text, reasoning or tool calls.
     """
     state = _ChatStreamState()
     async for chunk in stream:
@@ -202,6 +203,15 @@ async def read_chat_stream(
         )
     text = "".join(state.text) or None
     calls = _tool_calls(state, route)
+    if text is None and not calls and not state.reasoning and not state.thinking.blocks:
+        # LiteLLM skips lines it cannot parse and closes such a stream with a
+        # made-up "stop", so an empty answer is how a malformed stream shows.
+        raise ModelResponseError(
+            f"the {route.provider} Chat Completions stream carried no text, reasoning or "
+            f"tool calls (finish_reason {state.finish_reason!r}); it may be malformed",
+            provider=route.provider,
+            api=route.api,
+        )
     item = ModelOutputItem(
         provider=route.provider,
         api=route.api,

@@ -15,10 +15,15 @@ from dex_agents_ray.litellm._loader import load_litellm
 #   the usage object LiteLLM extended with a cost is not the declared type;
 # - its error paths build schemas of its TypedDicts (thinking blocks, reasoning
 #   items) whose ReadOnly items pydantic warns it cannot protect. Our code
-#   declares no TypedDict.
+#   declares no TypedDict;
+# - its OpenAI Chat Completions stream reads ``model_fields`` and
+#   ``model_computed_fields`` from pydantic instances, which pydantic 2.11+
+#   deprecates.
 _LITELLM_WARNINGS = (
     "ignore:Pydantic serializer warnings:UserWarning",
     "ignore:Items? .* on TypedDict class .* using the `ReadOnly` qualifier:UserWarning",
+    "ignore:Accessing the 'model_(computed_)?fields' attribute on the instance is deprecated"
+    ":DeprecationWarning",
 )
 
 

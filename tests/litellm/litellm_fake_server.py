@@ -62,6 +62,7 @@ class RecordedRequest:
 
     path: str
     headers: Mapping[str, str]
+    """Header names lower-cased."""
     body: Mapping[str, Any]
     raw_body: bytes
 
@@ -119,7 +120,7 @@ class FakeProviderServer:
         self.requests.append(
             RecordedRequest(
                 path=request.path,
-                headers=dict(request.headers),
+                headers={name.lower(): value for name, value in request.headers.items()},
                 body=json.loads(raw),
                 raw_body=raw,
             )

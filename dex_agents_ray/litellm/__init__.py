@@ -24,6 +24,7 @@ from dex_agents_ray.litellm._client import (  # noqa: E402
 from dex_agents_ray.litellm._convert import (  # noqa: E402
     TOOL_RESULT_IMAGES_OMITTED_TEXT,
     TOOL_RESULT_IMAGES_TEXT,
+    LiteLLMRoute,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "ApiKeyProvider",
     "LiteLLMApi",
     "LiteLLMModelClient",
+    "LiteLLMRoute",
 ]

@@ -16,7 +16,7 @@ from dex_agents_ray.builtin_loop import (
     ModelToolCall,
     ModelUsage,
 )
-from dex_agents_ray.litellm._convert import Route
+from dex_agents_ray.litellm._convert import LiteLLMRoute
 from dex_agents_ray.litellm._providers import otel_provider_name
 from dex_agents_ray.litellm._responses import as_plain
 
@@ -127,7 +127,7 @@ class _ChatStreamState:
                 parts.arguments.append(arguments)
 
 
-def _tool_calls(state: _ChatStreamState, route: Route) -> list[ModelToolCall]:
+def _tool_calls(state: _ChatStreamState, route: LiteLLMRoute) -> list[ModelToolCall]:
     calls: list[ModelToolCall] = []
     for parts in state.tool_calls.values():
         if not parts.tool_call_id or not parts.name:
@@ -167,7 +167,7 @@ def _assistant_message(
 
 
 async def read_chat_stream(
-    stream: AsyncIterator[Any], route: Route, output: ModelOutputWriter
+    stream: AsyncIterator[Any], route: LiteLLMRoute, output: ModelOutputWriter
 ) -> ModelResponse:
     """Stream text and reasoning to ``output`` and return the response.
 

@@ -20,14 +20,14 @@ from dex_agents_ray.builtin_loop import (
 from dex_agents_ray.builtin_loop._estimate import estimate_request_tokens, request_text
 from dex_agents_ray.litellm._chat import read_chat_stream
 from dex_agents_ray.litellm._convert import (
-    Route,
+    LiteLLMRoute,
     build_chat_messages,
     build_responses_input,
     chat_tools,
     count_sent_images,
     responses_tools,
 )
-from dex_agents_ray.litellm._loader import load_litellm
+from dex_agents_ray.litellm._loader import load_litellm, load_litellm_async
 from dex_agents_ray.litellm._providers import supports_forced_tool_choice
 from dex_agents_ray.litellm._responses import read_responses_stream
 
@@ -92,7 +92,9 @@ class LiteLLMModelClient:
     """A :class:`~dex_agents_ray.builtin_loop.ModelClient` on LiteLLM.
 
     OpenAI models use the Responses API with ``store=False`` and
-    ``include=["reasoning.encrypted_content"]``; every other provider uses
+    ``include=["reasoning.encrypted_content"]`` (left out for models that
+    LiteLLM's model map knows as not reasoning, such as ``gpt-4o``, which
+    refuse it); every other provider uses
     streaming Chat Completions, keeping Anthropic ``thinking_blocks`` with
     their ``signature``. Each call is one request with no retries of its own,
     sends the whole input, and keeps no provider-side state. Text and
@@ -135,9 +137,10 @@ class LiteLLMModelClient:
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError("LiteLLMModelClient model must be a non-empty str")
+        chosen_api: LiteLLMApi | None = None
         if api is not None:
             try:
-                api = LiteLLMApi(api)
+                chosen_api = LiteLLMApi(api)
             except ValueError:
                 raise ValueError(
                     f"LiteLLMModelClient api must be 'responses', 'chat_completions' or None, "
@@ -150,11 +153,11 @@ class LiteLLMModelClient:
         options = dict(request_options or {})
         _check_options(options, "LiteLLMModelClient request_options")
         self._model = model
-        self._api = api
+        self._api = chosen_api
         self._api_base = api_base
         self._api_key_provider = api_key_provider
         self._request_options = options
-        self._route: Route | None = None
+        self._route: LiteLLMRoute | None = None
 
     @property
     def model(self) -> str:
@@ -179,7 +182,7 @@ class LiteLLMModelClient:
             fields.append(f"api_base={_redacted_url(self._api_base)!r}")
         return f"LiteLLMModelClient({', '.join(fields)})"
 
-    def route(self) -> Route:
+    def route(self) -> LiteLLMRoute:
         """The provider and API this client calls; imports LiteLLM on first use."""
         if self._route is None:
             litellm = load_litellm()
@@ -189,11 +192,12 @@ class LiteLLMModelClient:
             api = self._api or (
                 LiteLLMApi.RESPONSES if provider == "openai" else LiteLLMApi.CHAT_COMPLETIONS
             )
-            self._route = Route(
+            self._route = LiteLLMRoute(
                 model=self._model,
                 provider=str(provider),
                 provider_model=str(provider_model),
                 api=api.value,
+                encrypted_reasoning=_may_reason(litellm, self._model),
             )
         return self._route
 
@@ -207,7 +211,7 @@ class LiteLLMModelClient:
             Exception: LiteLLM's own errors, such as ``litellm.InternalServerError``
                 for an HTTP 500, unchanged.
         """
-        litellm = load_litellm()
+        litellm = await load_litellm_async()
         route = self.route()
         _check_options(request.settings.extra_args, "ModelSettings.extra_args")
         if route.api == LiteLLMApi.RESPONSES:
@@ -275,13 +279,11 @@ class LiteLLMModelClient:
             arguments["tool_choice"] = request.tool_choice.value
         return arguments
 
-    def _responses_arguments(self, request: ModelRequest, route: Route) -> dict[str, Any]:
+    def _responses_arguments(self, request: ModelRequest, route: LiteLLMRoute) -> dict[str, Any]:
         arguments = self._common(request)
-        arguments.update(
-            input=build_responses_input(request, route),
-            store=False,
-            include=["reasoning.encrypted_content"],
-        )
+        arguments.update(input=build_responses_input(request, route), store=False)
+        if route.encrypted_reasoning:
+            arguments["include"] = ["reasoning.encrypted_content"]
         if request.instructions:
             arguments["instructions"] = request.instructions
         if request.tools:
@@ -300,7 +302,7 @@ class LiteLLMModelClient:
             arguments["thinking"] = settings.thinking
         return arguments
 
-    def _chat_arguments(self, request: ModelRequest, route: Route) -> dict[str, Any]:
+    def _chat_arguments(self, request: ModelRequest, route: LiteLLMRoute) -> dict[str, Any]:
         arguments = self._common(request)
         arguments.update(
             messages=build_chat_messages(request, route),
@@ -326,6 +328,16 @@ class LiteLLMModelClient:
         if not isinstance(key, str) or not key:
             raise ValueError("LiteLLMModelClient api_key_provider must return a non-empty str")
         arguments["api_key"] = key
+
+
+def _may_reason(litellm: Any, model: str) -> bool:
+    """Whether ``model`` may be a reasoning model: ``False`` only for a model
+    LiteLLM's bundled model map knows and does not mark as reasoning."""
+    try:
+        info = litellm.get_model_info(model=model)
+    except Exception:  # not in the model map: it may reason
+        return True
+    return bool(info.get("supports_reasoning"))
 
 
 async def _close(stream: AsyncIterator[Any]) -> None:

@@ -39,8 +39,8 @@ CHAT_COMPLETIONS_API = "chat_completions"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Route:
-    """Where a call goes: LiteLLM's provider and model name, and the API."""
+class LiteLLMRoute:
+    """Where a client's calls go: LiteLLM's provider and model name, and the API."""
 
     model: str
     """The model string as the client was given it."""
@@ -50,6 +50,10 @@ class Route:
     """The model name without the provider prefix."""
     api: str
     """``"responses"`` or ``"chat_completions"``."""
+    encrypted_reasoning: bool = True
+    """Whether Responses API calls ask for ``reasoning.encrypted_content``: all
+    but models LiteLLM knows as not reasoning, such as ``gpt-4o``, which
+    refuse the request."""
 
     def replays_exactly(self, item: ModelOutputItem) -> bool:
         """Whether ``item`` came from this provider and API, so its JSON replays unchanged."""
@@ -78,7 +82,7 @@ def image_data_url(image: AgentImageReference, image_bytes: Mapping[str, bytes])
     return f"data:{image.mime_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def count_sent_images(request: ModelRequest, route: Route) -> int:
+def count_sent_images(request: ModelRequest, route: LiteLLMRoute) -> int:
     """How many images a call would send: all but a Gemini model's tool result images."""
     omitted = omits_tool_result_images(route.provider, route.provider_model)
     return sum(
@@ -88,7 +92,7 @@ def count_sent_images(request: ModelRequest, route: Route) -> int:
     )
 
 
-def _tool_result_text(item: ToolResultItem, route: Route) -> str:
+def _tool_result_text(item: ToolResultItem, route: LiteLLMRoute) -> str:
     if item.images and omits_tool_result_images(route.provider, route.provider_model):
         note = omitted_images_text(len(item.images))
         return f"{item.output}\n{note}" if item.output else note
@@ -122,7 +126,7 @@ def _responses_parts(
     return parts
 
 
-def build_responses_input(request: ModelRequest, route: Route) -> list[dict[str, Any]]:
+def build_responses_input(request: ModelRequest, route: LiteLLMRoute) -> list[dict[str, Any]]:
     """The ``input`` list of a Responses API call."""
     result: list[dict[str, Any]] = []
     for item in request.input:
@@ -247,7 +251,7 @@ class _ChatMessages:
         self._image_messages = []
 
 
-def build_chat_messages(request: ModelRequest, route: Route) -> list[dict[str, Any]]:
+def build_chat_messages(request: ModelRequest, route: LiteLLMRoute) -> list[dict[str, Any]]:
     """The ``messages`` list of a Chat Completions call."""
     builder = _ChatMessages()
     if request.instructions:

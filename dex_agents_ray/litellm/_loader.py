@@ -7,6 +7,7 @@ of a client.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import os
@@ -38,3 +39,10 @@ def load_litellm() -> Any:
         raise ImportError(MISSING_EXTRA_MESSAGE) from error
     module.suppress_debug_info = True
     return module
+
+
+async def load_litellm_async() -> Any:
+    """:func:`load_litellm` without blocking the event loop on the first import."""
+    if load_litellm.cache_info().currsize:
+        return load_litellm()
+    return await asyncio.to_thread(load_litellm)

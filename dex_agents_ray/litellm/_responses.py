@@ -17,7 +17,7 @@ from dex_agents_ray.builtin_loop import (
     ModelToolCall,
     ModelUsage,
 )
-from dex_agents_ray.litellm._convert import Route
+from dex_agents_ray.litellm._convert import LiteLLMRoute
 from dex_agents_ray.litellm._providers import otel_provider_name
 
 _REASONING_DELTAS = frozenset(
@@ -79,7 +79,7 @@ def original_response_id(response_id: str | None) -> str | None:
     return response_id
 
 
-def output_item(route: Route, item: Mapping[str, Any]) -> ModelOutputItem:
+def output_item(route: LiteLLMRoute, item: Mapping[str, Any]) -> ModelOutputItem:
     """One Responses API output item, provider-exact, with its text and tool calls."""
     kind = item.get("type")
     text: str | None = None
@@ -131,7 +131,7 @@ def _finish_reasons(terminal: Any, items: list[ModelOutputItem]) -> tuple[str, .
 
 
 async def read_responses_stream(
-    stream: AsyncIterator[Any], route: Route, output: ModelOutputWriter
+    stream: AsyncIterator[Any], route: LiteLLMRoute, output: ModelOutputWriter
 ) -> ModelResponse:
     """Stream text and reasoning summaries to ``output`` and return the response.
 

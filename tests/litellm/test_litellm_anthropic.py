@@ -33,7 +33,7 @@ from dex_agents_ray.builtin_loop import (
 )
 from dex_agents_ray.litellm import LiteLLMModelClient
 from dex_agents_ray.litellm._chat import read_chat_stream
-from dex_agents_ray.litellm._convert import Route
+from dex_agents_ray.litellm._convert import LiteLLMRoute
 
 SIGNATURE = "EqQBCkYIBRgCIkB+/sig=="
 SECOND_SIGNATURE = "ErcBCkYIBRgCIkD+/other=="
@@ -234,7 +234,7 @@ async def test_thinking_from_a_duplicated_signature_chunk_is_not_doubled(litellm
         )
         yield chunk(content="Done.", finish="stop")
 
-    route = Route(
+    route = LiteLLMRoute(
         model="anthropic/claude-sonnet-4-5",
         provider="anthropic",
         provider_model="claude-sonnet-4-5",

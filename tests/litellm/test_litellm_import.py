@@ -55,3 +55,19 @@ def test_import_and_construction_do_not_load_litellm() -> None:
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False", "None"]
+
+
+def test_exports() -> None:
+    import dex_agents_ray.litellm as package
+
+    assert package.__all__ == [
+        "ESTIMATED_IMAGE_INPUT_TOKENS",
+        "TOOL_RESULT_IMAGES_OMITTED_TEXT",
+        "TOOL_RESULT_IMAGES_TEXT",
+        "ApiKeyProvider",
+        "LiteLLMApi",
+        "LiteLLMModelClient",
+        "LiteLLMRoute",
+    ]
+    for name in package.__all__:
+        assert hasattr(package, name), name

@@ -322,3 +322,21 @@ def data_url(data: bytes) -> str:
     import base64
 
     return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+async def test_known_non_reasoning_models_are_not_asked_for_encrypted_reasoning(
+    server: FakeProviderServer,
+) -> None:
+    # gpt-4o refuses include=["reasoning.encrypted_content"] with an HTTP 400.
+    model = LiteLLMModelClient(
+        "openai/gpt-4o", api_base=server.openai_api_base, api_key_provider=lambda: "sk-test"
+    )
+    server.enqueue(RESPONSES_PATH, responses_stream(output=[MESSAGE], usage=USAGE))
+
+    await model.call_model(
+        ModelRequest(input=[UserTextItem(text="Hi")]), RecordingModelOutputWriter()
+    )
+
+    sent = server.bodies(RESPONSES_PATH)[0]
+    assert "include" not in sent
+    assert sent["store"] is False

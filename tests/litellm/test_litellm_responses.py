@@ -340,3 +340,22 @@ async def test_known_non_reasoning_models_are_not_asked_for_encrypted_reasoning(
     sent = server.bodies(RESPONSES_PATH)[0]
     assert "include" not in sent
     assert sent["store"] is False
+
+
+async def test_incomplete_response_returns_its_output_with_a_length_finish(
+    server: FakeProviderServer,
+) -> None:
+    reply = responses_stream(output=[MESSAGE], usage=USAGE, terminal="response.incomplete")
+    name, last = reply.events[-1]
+    last["response"]["incomplete_details"] = {"reason": "max_output_tokens"}
+    server.enqueue(RESPONSES_PATH, reply)
+
+    response = await client(server).call_model(
+        ModelRequest(input=[UserTextItem(text="Hi")], settings=ModelSettings(max_output_tokens=16)),
+        RecordingModelOutputWriter(),
+    )
+
+    assert name == "response.incomplete"
+    assert response.text == "Let me look."
+    assert response.model_call_metadata is not None
+    assert response.model_call_metadata.finish_reasons == ("length",)

@@ -129,7 +129,8 @@ class RunDriver:
 
     def _notify(self) -> None:
         future, self._changed = self._changed, asyncio.get_running_loop().create_future()
-        future.set_result(None)
+        if not future.done():
+            future.set_result(None)
 
     def _spawn(self, exec_id: str) -> None:
         if exec_id not in self._tasks:
@@ -188,7 +189,8 @@ class RunDriver:
                 if record.status is ExecStatus.WAIT_FOR:
                     await self._run_wait_for(record)
                 elif record.status is ExecStatus.WAITING:
-                    await self.changed()
+                    # Shielded: cancelling this task must not cancel the shared future.
+                    await asyncio.shield(self.changed())
                 else:
                     await self._run_execute(record)
         except StaleEpochError:

@@ -1,0 +1,321 @@
+"""The session's RPC inputs and outputs, its events, its options and start input."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from dex_agents_ray.engine import RayTaskOptions
+from dex_agents_ray.media import AgentImageReference
+from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
+from dex_agents_ray.session._values import (
+    AgentInterrupt,
+    AgentMessage,
+    AgentPlan,
+    AgentState,
+    AgentToolCall,
+    AgentUsage,
+    utc_now,
+)
+from dex_agents_ray.session._wire import coerce_fields
+
+__all__ = [
+    "DEFAULT_EVENT_STREAM_CAPACITY_BYTES",
+    "DEFAULT_MAX_DURABLE_WAIT",
+    "MAX_LIST_MESSAGES_LIMIT",
+    "SNAPSHOT_MESSAGE_LIMIT",
+    "AgentEvent",
+    "AgentEventType",
+    "AgentMessagesPage",
+    "AgentSessionOptions",
+    "AgentSessionStartInput",
+    "AgentSnapshot",
+    "AnswerQuestionRequest",
+    "ListAgentMessagesRequest",
+    "QueuedUserMessage",
+    "ResolveInterruptRequest",
+    "RunModelLimit",
+]
+
+DEFAULT_EVENT_STREAM_CAPACITY_BYTES = 10 * 1024 * 1024
+"""The ``AgentEvents`` Stream capacity unless the options say otherwise (10 MiB)."""
+DEFAULT_MAX_DURABLE_WAIT = timedelta(days=365)
+"""The longest ``durable_wait`` unless the options say otherwise."""
+SNAPSHOT_MESSAGE_LIMIT = 200
+"""How many of the newest messages ``get_agent_snapshot`` returns."""
+MAX_LIST_MESSAGES_LIMIT = 200
+"""The largest page ``list_agent_messages`` returns."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolveInterruptRequest:
+    """Input of ``resolve_interrupt``."""
+
+    interrupt_id: str
+    """The pending interrupt."""
+    approved: bool
+    """Approve the call; ``False`` rejects it, or declines a question."""
+    rejection_message: str | None = None
+    """Why it was rejected, shown to the model; ``None`` for none. Dropped on approval."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerQuestionRequest:
+    """Input of ``answer_question``."""
+
+    interrupt_id: str
+    """The pending question."""
+    answer: str
+    """The answer: not blank, and one of ``choices`` unless free text is allowed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListAgentMessagesRequest:
+    """Input of ``list_agent_messages``: a page of messages before a sequence."""
+
+    before_sequence: int | None = None
+    """Return messages before this sequence; ``None`` starts at the newest."""
+    limit: int = 50
+    """Most messages on the page, clamped to 1..200."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentMessagesPage:
+    """Output of ``list_agent_messages``."""
+
+    messages: tuple[AgentMessage, ...]
+    """The page's messages, oldest first."""
+    next_before_sequence: int | None = None
+    """Pass as ``before_sequence`` for the next, older page; ``None`` on the last page."""
+    deleted_before_sequence: int | None = None
+    """Retention deleted every message before this sequence; ``None`` while nothing was."""
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedUserMessage:
+    """A queued or steered user message, with its Channel message ID."""
+
+    message_id: str
+    """The Channel message ID (for steering and deleting)."""
+    text: str
+    """The text."""
+    images: tuple[AgentImageReference, ...] = ()
+    """Image references; empty for none."""
+    plan_mode: bool = False
+    """Whether it starts a planning turn."""
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSnapshot:
+    """Output of ``get_agent_snapshot``: the session as committed."""
+
+    state: AgentState | None
+    """The state; ``None`` until ``StartAgentSession`` commits."""
+    messages: tuple[AgentMessage, ...] = ()
+    """The newest stored messages (at most 200), oldest first."""
+    pending_interrupts: tuple[AgentInterrupt, ...] = ()
+    """Interrupts waiting for a person."""
+    tool_calls: tuple[AgentToolCall, ...] = ()
+    """The active turn's tool call records, in deferral order."""
+    usage: AgentUsage = field(default_factory=AgentUsage)
+    """The session's total usage."""
+    queued_message_count: int = 0
+    """User messages waiting for the next turn."""
+    plan: AgentPlan | None = None
+    """The plan; ``None`` until ``write_todos`` first succeeds."""
+    queued_messages: tuple[QueuedUserMessage, ...] = ()
+    """The queued messages with their IDs."""
+    steered_messages: tuple[QueuedUserMessage, ...] = ()
+    """Steered messages not applied yet (reserved for steering)."""
+    session_settings: dict[str, Any] = field(default_factory=dict)
+    """The next turn's session settings; empty for none."""
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
+
+
+class AgentEventType(StrEnum):
+    """The kinds of ``AgentEvents`` Stream messages and their payload keys."""
+
+    TURN_STARTED = "turn_started"
+    """``{"sequence"}``: the turn's first message."""
+    TURN_COMPLETED = "turn_completed"
+    """``{"message_count"}``."""
+    TURN_FAILED = "turn_failed"
+    """``{"error"}``."""
+    TURN_STEERED = "turn_steered"
+    """``{"steered_message_count", "message_count"}`` (reserved)."""
+    TURN_CANCELLED = "turn_cancelled"
+    """``{"message_count"}`` (reserved)."""
+    TEXT_DELTA = "text_delta"
+    """``{"text"}``."""
+    REASONING_DELTA = "reasoning_delta"
+    """``{"text"}``."""
+    TOOL_CALL_STARTED = "tool_call_started"
+    """``{"tool_call_id", "tool_name"}``."""
+    TOOL_CALL_FINISHED = "tool_call_finished"
+    """``{"tool_call_id", "tool_name", "status"}``, once per call."""
+    TOOL_CALL_DEFERRED = "tool_call_deferred"
+    """``{"tool_call_id", "tool_name", "effect", "requires_approval"}``."""
+    INTERRUPT_RAISED = "interrupt_raised"
+    """``{"interrupt_id", "tool_call_id", "tool_name", "deadline", "kind", "question",
+    "choices", "allows_free_text"}``."""
+    INTERRUPT_RESOLVED = "interrupt_resolved"
+    """``{"interrupt_id", "approved", "rejection_message", "kind", "answered",
+    "cancellation_reason"}``."""
+    TIMER_STARTED = "timer_started"
+    """``{"tool_call_id", "wait_until", "reason"}``."""
+    PLAN_UPDATED = "plan_updated"
+    """``{"revision", "status", "task_count"}``."""
+    PLAN_EXECUTION_STARTED = "plan_execution_started"
+    """``{"revision"}`` (reserved)."""
+    TOOL_TASK_STARTED = "tool_task_started"
+    """``{"tool_call_id", "tool_name", "task_id"}``."""
+    USAGE_RECORDED = "usage_recorded"
+    """``{"recorded", "session"}``."""
+    COMPACTION_STARTED = "compaction_started"
+    """``{"through_sequence"}`` (reserved)."""
+    COMPACTION_FINISHED = "compaction_finished"
+    """``{"generation", "through_sequence"}`` (reserved)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentEvent:
+    """One ``AgentEvents`` Stream message.
+
+    A UI groups live text by ``(turn_id, step_execution_id, attempt)`` and keeps
+    only the highest ``attempt`` of one ``step_execution_id``.
+    """
+
+    type: AgentEventType
+    """What happened."""
+    payload: dict[str, Any]
+    """The type's fields (see :class:`AgentEventType`), JSON data."""
+    turn_id: str | None
+    """The turn; ``None`` for an event outside any turn."""
+    step_execution_id: str
+    """The Step execution that wrote it, shared by all its attempts."""
+    attempt: int
+    """The Step attempt that wrote it, from 1."""
+    created_at: datetime = field(default_factory=utc_now)
+    """When it was written."""
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunModelLimit:
+    """Timeouts and retries of ``RunModel`` (and, later, ``CompactContext``)."""
+
+    timeout: timedelta = timedelta(minutes=15)
+    """Each attempt's timeout."""
+    heartbeat_timeout: timedelta = timedelta(minutes=2)
+    """An attempt without a heartbeat this long fails; the session heartbeats every 20 s."""
+    maximum_attempts: int = 3
+    """Attempts before ``RecordTurnFailure``."""
+    retry_budget: timedelta = timedelta(minutes=30)
+    """Retries stop this long after the first attempt."""
+
+    def __post_init__(self) -> None:
+        if self.maximum_attempts < 1:
+            raise ValueError("RunModelLimit.maximum_attempts must be >= 1")
+        for name in ("timeout", "heartbeat_timeout", "retry_budget"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"RunModelLimit.{name} must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSessionOptions:
+    """How one session Flow type treats tools, waits and events.
+
+    Not stored: it is part of the Flow definition, so every Worker (here, every
+    host and Ray task) sees the same options.
+    """
+
+    tool_policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    """Per tool name; wins over framework metadata and ``default_tool_effect``."""
+    default_tool_effect: ToolEffect = ToolEffect.UNCLASSIFIED
+    """The effect of a tool without a policy or framework metadata."""
+    event_stream_capacity_bytes: int = DEFAULT_EVENT_STREAM_CAPACITY_BYTES
+    """The ``AgentEvents`` Stream capacity."""
+    interrupt_deadline: timedelta | None = None
+    """How long an approval or question waits before it expires; ``None`` forever."""
+    built_in_tools: frozenset[BuiltInTool] = frozenset()
+    """The built-in tools the session offers and routes."""
+    max_durable_wait: timedelta = DEFAULT_MAX_DURABLE_WAIT
+    """The longest ``durable_wait``, in whole seconds."""
+    plan_mode_enabled: bool = False
+    """Reserved for plan mode; must be ``False`` in this release."""
+    run_model_limit: RunModelLimit = field(default_factory=RunModelLimit)
+    """``RunModel``'s timeouts, attempts and retry budget."""
+    message_window_size: int = 64
+    """Messages kept one per ``AgentMessages`` instance before older ones move to chunks."""
+    message_chunk_size: int = 32
+    """Most messages per ``AgentMessageChunks`` instance."""
+    message_chunk_max_bytes: int = 1024 * 1024
+    """Most encoded bytes per chunk (at most 8 MiB)."""
+    retained_message_limit: int | None = 1000
+    """Reserved for retention with compaction; ``None`` keeps every message."""
+    tool_ray_options: RayTaskOptions = field(default_factory=RayTaskOptions)
+    """Ray options of every tool Step's task unless the runner or
+    ``tool_ray_options_by_name`` says otherwise."""
+    tool_ray_options_by_name: Mapping[str, RayTaskOptions] = field(default_factory=dict)
+    """Ray options per tool name (CPUs, GPUs, memory, resources, runtime_env)."""
+    inline_tools: frozenset[str] = frozenset()
+    """Tools whose Steps run in the session's host instead of a Ray task; for
+    cheap async tools. Attempts, effects and crash semantics are the same."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tool_policies", dict(self.tool_policies))
+        object.__setattr__(self, "default_tool_effect", ToolEffect(self.default_tool_effect))
+        object.__setattr__(
+            self, "built_in_tools", frozenset(BuiltInTool(t) for t in self.built_in_tools)
+        )
+        object.__setattr__(self, "inline_tools", frozenset(self.inline_tools))
+        object.__setattr__(self, "tool_ray_options_by_name", dict(self.tool_ray_options_by_name))
+        for name, policy in self.tool_policies.items():
+            if not isinstance(policy, ToolPolicy):
+                raise TypeError(f"AgentSessionOptions.tool_policies[{name!r}] must be a ToolPolicy")
+        if self.event_stream_capacity_bytes <= 0:
+            raise ValueError("AgentSessionOptions.event_stream_capacity_bytes must be positive")
+        if self.interrupt_deadline is not None and self.interrupt_deadline <= timedelta(0):
+            raise ValueError("AgentSessionOptions.interrupt_deadline must be positive")
+        if self.max_durable_wait < timedelta(seconds=1):
+            raise ValueError("AgentSessionOptions.max_durable_wait must be at least 1 second")
+        if self.plan_mode_enabled:
+            raise ValueError(
+                "AgentSessionOptions.plan_mode_enabled: plan mode is not available in this release"
+            )
+        if self.message_window_size < 1 or self.message_chunk_size < 1:
+            raise ValueError(
+                "AgentSessionOptions.message_window_size and message_chunk_size must be >= 1"
+            )
+        if not 1 <= self.message_chunk_max_bytes <= 8 * 1024 * 1024:
+            raise ValueError("AgentSessionOptions.message_chunk_max_bytes must be 1..8 MiB")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSessionStartInput:
+    """Input of ``StartAgentSession`` (the Flow's start input)."""
+
+    initial_message: str | None = None
+    """The first user message; ``None`` or blank starts no turn."""
+    images: tuple[AgentImageReference, ...] = ()
+    """Images of the first message; empty for none."""
+    session_settings: dict[str, Any] = field(default_factory=dict)
+    """Session settings (reserved); empty for none."""
+    start_environment: dict[str, str] = field(default_factory=dict)
+    """Where the starting program ran; the session never reads it."""
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)

@@ -1,0 +1,104 @@
+"""Rebuilding stored values into their declared field types.
+
+The SDK's JSON codec decodes a dataclass field typed ``X | None``, where ``X``
+is a dataclass, a ``datetime`` or an enum, as the raw JSON value. Every wire
+type of the session calls :func:`coerce_fields` in ``__post_init__``, so a
+value read back from the store or across a Ray boundary has its declared
+types again, and a list given for a ``tuple[...]`` field becomes a tuple.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+__all__ = ["coerce_fields"]
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    cached = _HINTS.get(cls)
+    if cached is None:
+        hints = typing.get_type_hints(cls)
+        cached = {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+        _HINTS[cls] = cached
+    return cached
+
+
+def coerce_fields(instance: object) -> None:
+    """Replace each field of a frozen dataclass with its value in the declared type."""
+    cls: type[Any] = type(instance)
+    for name, hint in _hints(cls).items():
+        value = getattr(instance, name)
+        coerced = _coerce(value, hint)
+        if coerced is not value:
+            object.__setattr__(instance, name, coerced)
+
+
+def _coerce(value: Any, hint: Any) -> Any:  # noqa: C901 - one branch per type form
+    if hint is Any or value is None:
+        return value
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return _coerce_union(value, arguments)
+    if origin is typing.Literal:
+        return value
+    if origin is tuple:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            return value
+        item = arguments[0] if arguments else Any
+        return tuple(_coerce(entry, item) for entry in value)
+    if origin is list:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            return value
+        item = arguments[0] if arguments else Any
+        return [_coerce(entry, item) for entry in value]
+    if origin in (frozenset, set):
+        item = arguments[0] if arguments else Any
+        return frozenset(_coerce(entry, item) for entry in value)
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            return value
+        item = arguments[1] if len(arguments) == 2 else Any
+        return {key: _coerce(entry, item) for key, entry in value.items()}
+    if isinstance(hint, type):
+        return _coerce_type(value, hint)
+    return value
+
+
+def _coerce_union(value: Any, arguments: tuple[Any, ...]) -> Any:
+    options = [argument for argument in arguments if argument is not type(None)]
+    for option in options:
+        if isinstance(option, type) and isinstance(value, option):
+            return value
+    for option in options:
+        coerced = _coerce(value, option)
+        if coerced is not value:
+            return coerced
+    return value
+
+
+def _coerce_type(value: Any, hint: type[Any]) -> Any:
+    if isinstance(value, hint):
+        return value
+    if hint is datetime and isinstance(value, str):
+        return datetime.fromisoformat(value)
+    if issubclass(hint, Enum):
+        return hint(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+        from_dict = getattr(hint, "from_dict", None)
+        if callable(from_dict):
+            return from_dict(value)
+        names = {field.name for field in dataclasses.fields(hint) if field.init}
+        return hint(**{key: entry for key, entry in value.items() if key in names})
+    return value

@@ -1,0 +1,159 @@
+"""State: Attributes, AttributeMaps and load options, Channel message IDs, Streams,
+heartbeat checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from dex import FlowStatus, LongPollTimeoutError
+from dex.dexpb import dex_pb2 as pb
+
+from tests.engine.flows_state import (
+    SMALL_CAPACITY,
+    AttributeFlow,
+    AttributeMapFlow,
+    ChannelFlow,
+    CheckpointFlow,
+    Events,
+    Small,
+    SmallStreamFlow,
+    StreamFlow,
+)
+from tests.engine.polling import details, eventually
+
+TIMEOUT = 60
+
+
+async def _output(engine: Any, flow: Any, flow_id: str, input: Any) -> dict[str, Any]:
+    await engine.client.start_flow(flow, flow_id, input)
+    result = await engine.client.wait_for_flow(flow_id, timeout=TIMEOUT)
+    assert result.status is FlowStatus.COMPLETED, result.error_message
+    report: dict[str, Any] = result.single_output(dict[str, Any])
+    return report
+
+
+async def test_attributes_set_read_and_delete(engine_factory: Any) -> None:
+    flow = AttributeFlow()
+    engine = await engine_factory([flow])
+    report = await _output(engine, flow, "attributes", "hello")
+    assert report["before"] == [0, None]  # unset: the type's zero value, or None
+    assert report["staged"] == [5, "hello"]  # a handler reads its own staged writes
+    assert report["committed"] == [5, "hello"]  # the next Step reads the committed values
+    assert report["deleted"] == [0, None]
+
+
+async def test_attribute_map_instances_load_only_when_selected(engine_factory: Any) -> None:
+    flow = AttributeMapFlow()
+    engine = await engine_factory([flow])
+    report = await _output(engine, flow, "notes", "-")
+    assert report["nothing"] == "AttributeMapNotLoadedError"
+    assert report["one"] == "A B"
+    assert report["other"] == "AttributeMapNotLoadedError"
+    assert report["one_keys"] == "AttributeMapNotLoadedError"
+    assert report["all"] == {"a": "A", "a b": "A B", "b": "B"}
+    assert report["size"] == 3
+    assert report["staged_keys"] == ["a", "a b"]
+    assert report["after_delete"] == ["a", "a b"]
+
+
+async def test_channel_messages_have_ids_and_deletions_apply_before_publications(
+    engine_factory: Any,
+) -> None:
+    flow = ChannelFlow()
+    engine = await engine_factory([flow])
+    report = await _output(engine, flow, "channels", "-")
+    assert report["values"] == ["m1", "m2", "m3"]
+    ids = report["ids"]
+    assert len(set(ids)) == 3 and report["uuid7"] is True
+    assert report["found"] == "m2"
+    assert report["size_after_edits"] == 3
+    # m2 was deleted and m4 published in one result: both applied, FIFO kept.
+    assert report["after"] == [[ids[0], "m1"], [ids[2], "m3"], [report["after"][2][0], "m4"]]
+    assert report["after"][2][0] not in ids
+    assert report["boxed"] == ["k1", "k2"]
+    assert report["other_box"] == "ChannelMessagesNotLoadedError"
+    assert report["box_keys"] == ["k", "other"]
+    assert report["box_count"] == 2
+    assert report["boxes_after"] == {"k": ["k2"], "other": ["o1"]}
+
+
+async def test_stream_reads_resume_from_tokens_and_carry_the_writing_step(
+    engine_factory: Any,
+) -> None:
+    flow = StreamFlow()
+    engine = await engine_factory([flow])
+    client = engine.client
+    await client.start_flow(flow, "stream", 3)
+    token = ""
+    seen = []
+    for _ in range(3):
+        message = await client.read_stream("stream", Events, token, timeout=30)
+        seen.append((message.value, message.source))
+        assert int(message.resume_token) > int(token or "0")
+        token = message.resume_token
+    assert seen == [
+        ("g0", "#WritesFromGenerator-1"),
+        ("g1", "#WritesFromGenerator-1"),
+        ("g2", "#WritesFromGenerator-1"),
+    ]
+    with pytest.raises(LongPollTimeoutError):
+        await client.read_stream("stream", Events, token, timeout=1)
+    # A long poll in progress wakes up for a write that happens while it waits.
+    pending = asyncio.ensure_future(client.read_stream("stream", Events, token, timeout=30))
+    assert await client.invoke_rpc(flow.trigger, "stream") == "triggered"
+    late = await pending
+    assert (late.value, late.source) == ("late", "#WaitsForTrigger-1")
+    assert (await client.wait_for_flow("stream", timeout=TIMEOUT)).status is FlowStatus.COMPLETED
+
+
+async def test_list_stream_messages_pages_newest_first(engine_factory: Any) -> None:
+    flow = StreamFlow()
+    engine = await engine_factory([flow])
+    client = engine.client
+    await client.start_flow(flow, "pages", 5)
+    first = await eventually(
+        lambda: client.list_stream_messages("pages", Events, 2),
+        lambda page: bool(page.messages) and page.messages[0].value == "g4",
+    )
+    pages = [[m.value for m in first.messages]]
+    token = first.next_page_token
+    while token:
+        page = await client.list_stream_messages("pages", Events, 2, token)
+        pages.append([m.value for m in page.messages])
+        token = page.next_page_token
+    assert pages == [["g4", "g3"], ["g2", "g1"], ["g0"]]
+
+
+async def test_stream_capacity_trims_the_oldest_messages(engine_factory: Any) -> None:
+    flow = SmallStreamFlow()
+    engine = await engine_factory([flow])
+    client = engine.client
+    await client.start_flow(flow, "small", 10)
+    written = [f"s-{i:08d}" for i in range(10)]
+    page = await eventually(
+        lambda: client.list_stream_messages("small", Small, 100),
+        lambda p: bool(p.messages) and p.messages[0].value == written[-1],
+    )
+    kept: list[str] = []
+    used = 0
+    for value in reversed(written):
+        used += pb.Value(string_value=value).ByteSize()
+        if used > SMALL_CAPACITY:
+            break
+        kept.insert(0, value)
+    assert 0 < len(kept) < len(written)
+    assert [m.value for m in reversed(page.messages)] == kept
+    oldest = await client.read_stream("small", Small, "", timeout=5)
+    assert oldest.value == kept[0]
+
+
+async def test_heartbeat_checkpoint_is_read_by_the_next_attempt(engine_factory: Any) -> None:
+    flow = CheckpointFlow()
+    engine = await engine_factory([flow])
+    seen = await _output(engine, flow, "checkpoint", "-")
+    assert seen == {"attempt": 2, "has": True, "value": 20}
+    history = await engine.client.read_step_history("checkpoint")
+    [failure] = details(history, "Checkpointed-1", "attempt_failed")
+    assert "'has': False" in failure["error"]

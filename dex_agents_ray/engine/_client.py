@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import grpc
 from dex import (
     AttributeMap,
     Flow,
@@ -29,14 +28,13 @@ from dex.attribute import _apply_attribute_store_sync, _apply_hard_delete_on_nul
 from dex.dexpb import dex_pb2 as pb
 from dex.flow_result import StepCompletion
 from dex.runtime_errors import (
-    ErrorSubStatus,
     FlowErrorType,
     FlowNotFoundError,
     LongPollTimeoutError,
     RequestTimeoutError,
 )
 
-from dex_agents_ray.engine._errors import unwrap
+from dex_agents_ray.engine._errors import service_error, unwrap
 from dex_agents_ray.engine._operations import StartRequest
 from dex_agents_ray.engine._query import matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus
@@ -65,24 +63,8 @@ def _dex_status(status: RunStatus) -> FlowStatus:
     return FlowStatus(status.value)
 
 
-def _timeout(flow_id: str, detail: str) -> RequestTimeoutError:
-    return RequestTimeoutError(
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        ErrorSubStatus.REQUEST_TIMEOUT,
-        detail,
-        "WaitForFlow",
-        flow_id,
-    )
-
-
 def _not_found(flow_id: str, operation: str) -> FlowNotFoundError:
-    return FlowNotFoundError(
-        grpc.StatusCode.NOT_FOUND,
-        ErrorSubStatus.FLOW_NOT_EXISTS,
-        f"flow {flow_id!r} does not exist",
-        operation,
-        flow_id,
-    )
+    return service_error(FlowNotFoundError, f"flow {flow_id!r} does not exist", operation, flow_id)
 
 
 class EngineClient:
@@ -236,7 +218,12 @@ class EngineClient:
         if run.status is RunStatus.RUNNING:
             closed = await self._call(flow_id, "wait_closed", timeout)
             if not closed:
-                raise _timeout(flow_id, f"flow {flow_id!r} did not close within {timeout} s")
+                raise service_error(
+                    RequestTimeoutError,
+                    f"flow {flow_id!r} did not close within {timeout} s",
+                    "WaitForFlow",
+                    flow_id,
+                )
             run = await self._run(flow_id, "WaitForFlow")
         completions = await self._engine.store.completions(flow_id)
         decode = self._decode_output
@@ -329,9 +316,8 @@ class EngineClient:
                 return self._stream_message(stream, records[0])
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
-                raise LongPollTimeoutError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    ErrorSubStatus.LONG_POLL_TIMEOUT,
+                raise service_error(
+                    LongPollTimeoutError,
                     f"no message on Stream {stream.name!r} of {flow_id!r} within {timeout} s",
                     "ReadStream",
                     flow_id,

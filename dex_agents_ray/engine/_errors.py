@@ -35,6 +35,25 @@ class HostCallError(EngineError):
     """A host call failed with an error that is not one of the SDK's."""
 
 
+_CODES: dict[str, tuple[str, ErrorSubStatus]] = {
+    "FlowAlreadyStartedError": ("ALREADY_EXISTS", ErrorSubStatus.FLOW_ALREADY_STARTED),
+    "FlowNotFoundError": ("NOT_FOUND", ErrorSubStatus.FLOW_NOT_EXISTS),
+    "FlowNotActiveOrNotFoundError": ("NOT_FOUND", ErrorSubStatus.FLOW_NOT_EXISTS),
+    "RpcLockConflictError": ("ABORTED", ErrorSubStatus.UNCATEGORIZED),
+    "LongPollTimeoutError": ("DEADLINE_EXCEEDED", ErrorSubStatus.LONG_POLL_TIMEOUT),
+    "RequestTimeoutError": ("DEADLINE_EXCEEDED", ErrorSubStatus.REQUEST_TIMEOUT),
+    "ChannelMessageNotFoundError": ("NOT_FOUND", ErrorSubStatus.CHANNEL_MESSAGE_NOT_FOUND),
+}
+
+E = TypeVar("E", bound=DexServiceError)
+
+
+def service_error(cls: type[E], detail: str, operation: str, flow_id: str | None) -> E:
+    """An SDK service error of ``cls`` with the status the Dex server would give it."""
+    code, sub_status = _CODES.get(cls.__name__, ("UNKNOWN", ErrorSubStatus.UNCATEGORIZED))
+    return cls(grpc.StatusCode[code], sub_status, detail, operation, flow_id)
+
+
 async def envelope(call: Awaitable[T]) -> Envelope:
     """Run ``call`` and wrap its result or error for the trip back to a client."""
     try:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from dex import Flow, Registry, RPCResult, Step, StepDecision, StepOptions, Wait
 from dex._invocation_context import InvocationContext, InvocationMethod
@@ -43,6 +43,7 @@ from dex_agents_ray.engine._options import (
     StepAttemptProgress,
 )
 
+T = TypeVar("T")
 Frame = pb.StepMethodHeartbeat | pb.StepStreamWrite
 FrameSink = Callable[[Frame], None]
 
@@ -136,22 +137,12 @@ class FlowMapper(WorkerDispatcher):
     def map_decision(
         self, flow: _RegisteredFlow, decision: StepDecision
     ) -> tuple[pb.StepDecision, list[MovementExtras]]:
-        sink: list[MovementExtras] = []
-        token = _MOVEMENT_SINK.set(sink)
-        try:
-            return self._map_decision(flow, decision), sink
-        finally:
-            _MOVEMENT_SINK.reset(token)
+        return _collecting_extras(lambda: self._map_decision(flow, decision))
 
     def map_rpc_movements(
         self, flow: _RegisteredFlow, movements: tuple[StepMovement[Any], ...]
     ) -> tuple[list[pb.StepMovement], list[MovementExtras]]:
-        sink: list[MovementExtras] = []
-        token = _MOVEMENT_SINK.set(sink)
-        try:
-            return self._map_movements(flow, movements), sink
-        finally:
-            _MOVEMENT_SINK.reset(token)
+        return _collecting_extras(lambda: self._map_movements(flow, movements))
 
     def start_movement(
         self, flow: _RegisteredFlow, step_input: pb.Value
@@ -167,6 +158,16 @@ class FlowMapper(WorkerDispatcher):
             mapped.step_options.CopyFrom(step_options)
         mapped.step_options.skip_wait_for = start.skips_wait_for
         return mapped, _extras(flow, options)
+
+
+def _collecting_extras(mapping: Callable[[], T]) -> tuple[T, list[MovementExtras]]:
+    """Run ``mapping`` while recording each mapped movement's extras, in order."""
+    sink: list[MovementExtras] = []
+    token = _MOVEMENT_SINK.set(sink)
+    try:
+        return mapping(), sink
+    finally:
+        _MOVEMENT_SINK.reset(token)
 
 
 def _extras(flow: _RegisteredFlow, options: StepOptions | None) -> MovementExtras:

@@ -7,11 +7,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import grpc
 from dex import IdReusePolicy, StopType
 from dex.dexpb import dex_pb2 as pb
 from dex.runtime_errors import (
-    ErrorSubStatus,
     FlowAlreadyStartedError,
     FlowNotActiveOrNotFoundError,
     RpcLockConflictError,
@@ -19,6 +17,7 @@ from dex.runtime_errors import (
 
 from dex_agents_ray.engine._decisions import cancel_matching, create_movements
 from dex_agents_ray.engine._driver import RunDriver
+from dex_agents_ray.engine._errors import service_error
 from dex_agents_ray.engine._invoke import MovementExtras, invoke_rpc
 from dex_agents_ray.engine._records import RunRecord, RunStatus
 from dex_agents_ray.engine._state import RunState, Tx
@@ -43,22 +42,12 @@ class StartRequest:
 
 
 def _already_started(flow_id: str, detail: str) -> FlowAlreadyStartedError:
-    return FlowAlreadyStartedError(
-        grpc.StatusCode.ALREADY_EXISTS,
-        ErrorSubStatus.FLOW_ALREADY_STARTED,
-        detail,
-        "StartFlow",
-        flow_id,
-    )
+    return service_error(FlowAlreadyStartedError, detail, "StartFlow", flow_id)
 
 
 def not_active(flow_id: str, operation: str) -> FlowNotActiveOrNotFoundError:
-    return FlowNotActiveOrNotFoundError(
-        grpc.StatusCode.NOT_FOUND,
-        ErrorSubStatus.FLOW_NOT_EXISTS,
-        f"flow {flow_id!r} is not running",
-        operation,
-        flow_id,
+    return service_error(
+        FlowNotActiveOrNotFoundError, f"flow {flow_id!r} is not running", operation, flow_id
     )
 
 
@@ -139,9 +128,8 @@ async def run_rpc(
     holder = f"rpc:{request_id or uuid.uuid4()}"
     conflicts = driver.locks.try_acquire(keys, holder)
     if conflicts:
-        raise RpcLockConflictError(
-            grpc.StatusCode.ABORTED,
-            ErrorSubStatus.UNCATEGORIZED,
+        raise service_error(
+            RpcLockConflictError,
             f"RPC {rpc_name} could not lock {', '.join(conflicts)}: held by "
             f"{', '.join(sorted({driver.locks.holder(k) or '' for k in conflicts}))}",
             "InvokeRPC",

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import grpc
 from dex.dexpb import dex_pb2 as pb
-from dex.runtime_errors import ChannelMessageNotFoundError, ErrorSubStatus
+from dex.runtime_errors import ChannelMessageNotFoundError
 
+from dex_agents_ray.engine._errors import service_error
 from dex_agents_ray.engine._invoke import MovementExtras
 from dex_agents_ray.engine._records import (
     ChannelMessageRecord,
@@ -284,9 +284,8 @@ class Tx:
             kept = [m for m in queue if m.message_id != deletion.message_id]
             if len(kept) == len(queue):
                 if strict:
-                    raise ChannelMessageNotFoundError(
-                        grpc.StatusCode.NOT_FOUND,
-                        ErrorSubStatus.CHANNEL_MESSAGE_NOT_FOUND,
+                    raise service_error(
+                        ChannelMessageNotFoundError,
                         f"channel {deletion.channel_name!r} has no pending message "
                         f"{deletion.message_id!r}",
                         "InvokeRPC",

@@ -8,7 +8,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from dex import CodecRegistry, Flow, Registry
+from dex import CodecRegistry, Flow, FlowDefinitionError, Registry
 from dex._value_mapper import ValueMapper
 from dex.flow import _RegisteredFlow
 
@@ -156,7 +156,7 @@ class FlowEngine:
         flow_type = flow.get_flow_type() if isinstance(flow, Flow) else None
         if flow_type is None or flow_type not in self._hashes:
             known = ", ".join(sorted(self._hashes)) or "none"
-            raise ValueError(
+            raise FlowDefinitionError(
                 f"flow {flow_type or flow!r} is not registered with this engine "
                 f"(registered: {known})"
             )

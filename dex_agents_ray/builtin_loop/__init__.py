@@ -48,11 +48,37 @@ from dex_agents_ray.builtin_loop._scripted import (
 )
 
 if TYPE_CHECKING:
+    from dex_agents_ray.builtin_loop._definition import (
+        DEFAULT_MAX_MODEL_CALLS_PER_TURN,
+        MAX_CONSECUTIVE_TURN_CONTINUATIONS,
+        TURN_CONTINUATION_LIMIT_ERROR,
+        AgentDefinition,
+        ContinueTurn,
+        InstructionContext,
+        Instructions,
+        ModelResolver,
+        PlanningToolChoice,
+        TurnContinuation,
+        TurnContinuationContext,
+        TurnContinuationDecider,
+    )
+    from dex_agents_ray.builtin_loop._flow import (
+        builtin_agent_session_options,
+    )
     from dex_agents_ray.builtin_loop._function_tool import (
         FunctionTool,
         FunctionToolResult,
         ToolCallContext,
         function_tool,
+    )
+    from dex_agents_ray.builtin_loop._runner import (
+        BuiltinLoopAgentRunner,
+    )
+    from dex_agents_ray.builtin_loop._tool_source import (
+        DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT,
+        ListedTool,
+        SourceTool,
+        ToolSource,
     )
 
 _LAZY_MODULES = {
@@ -60,6 +86,24 @@ _LAZY_MODULES = {
     "FunctionToolResult": "_function_tool",
     "ToolCallContext": "_function_tool",
     "function_tool": "_function_tool",
+    "DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT": "_tool_source",
+    "ListedTool": "_tool_source",
+    "SourceTool": "_tool_source",
+    "ToolSource": "_tool_source",
+    "DEFAULT_MAX_MODEL_CALLS_PER_TURN": "_definition",
+    "MAX_CONSECUTIVE_TURN_CONTINUATIONS": "_definition",
+    "TURN_CONTINUATION_LIMIT_ERROR": "_definition",
+    "AgentDefinition": "_definition",
+    "ContinueTurn": "_definition",
+    "InstructionContext": "_definition",
+    "Instructions": "_definition",
+    "ModelResolver": "_definition",
+    "PlanningToolChoice": "_definition",
+    "TurnContinuation": "_definition",
+    "TurnContinuationContext": "_definition",
+    "TurnContinuationDecider": "_definition",
+    "BuiltinLoopAgentRunner": "_runner",
+    "builtin_agent_session_options": "_flow",
 }
 
 
@@ -77,18 +121,29 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
+    "DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT",
     "ESTIMATED_IMAGE_INPUT_TOKENS",
+    "MAX_CONSECUTIVE_TURN_CONTINUATIONS",
     "SCRIPTED_PROVIDER",
+    "TURN_CONTINUATION_LIMIT_ERROR",
+    "AgentDefinition",
+    "BuiltinLoopAgentRunner",
+    "ContinueTurn",
     "ForcedToolChoiceSupport",
     "FunctionTool",
     "FunctionToolResult",
+    "InstructionContext",
+    "Instructions",
     "JsonValue",
+    "ListedTool",
     "ModelCallMetadata",
     "ModelClient",
     "ModelInputItem",
     "ModelOutputItem",
     "ModelOutputWriter",
     "ModelRequest",
+    "ModelResolver",
     "ModelResponse",
     "ModelResponseError",
     "ModelSettings",
@@ -98,14 +153,21 @@ __all__ = [
     "ModelToolDefinition",
     "ModelUsage",
     "NullModelOutputWriter",
+    "PlanningToolChoice",
     "RecordingModelOutputWriter",
     "ScriptedModelClient",
     "ScriptedModelReply",
     "ScriptedResponder",
     "ScriptedToolCall",
+    "SourceTool",
     "ToolCallContext",
     "ToolChoice",
     "ToolResultItem",
+    "ToolSource",
+    "TurnContinuation",
+    "TurnContinuationContext",
+    "TurnContinuationDecider",
     "UserTextItem",
+    "builtin_agent_session_options",
     "function_tool",
 ]

@@ -1,0 +1,176 @@
+"""``AgentSessionClient``: start and operate sessions through an engine client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from dex import StartFlowOptions, StreamMessage
+from dex.runtime_errors import RpcLockConflictError
+
+from dex_agents_ray.media import AgentImageReference, validate_image_references
+from dex_agents_ray.session._api import (
+    AgentEvent,
+    AgentMessagesPage,
+    AgentSessionStartInput,
+    AgentSnapshot,
+    AnswerQuestionRequest,
+    ListAgentMessagesRequest,
+    ResolveInterruptRequest,
+)
+from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session._values import AgentUserMessage
+
+__all__ = ["AgentSessionClient"]
+
+T = TypeVar("T")
+
+LOCK_CONFLICT_RETRY_SECONDS = 5.0
+"""How long ``resolve_interrupt`` and ``answer_question`` retry ``RpcLockConflictError``."""
+
+
+class AgentSessionClient:
+    """Start sessions of one ``AgentSessionFlow`` and operate them.
+
+    Wraps an engine client (``FlowEngine.client``, an ``EngineClient``) as the
+    spec's client wraps a Dex ``AsyncClient``. Every session is searchable by
+    the Steps it waits in::
+
+        waiting = await engine.client.search_flows('ActiveStepTypes = "AwaitToolApproval"', 50)
+
+    Args:
+        client: The engine client.
+        flow: The session Flow registered with that engine.
+    """
+
+    def __init__(self, client: Any, flow: AgentSessionFlow) -> None:
+        if not isinstance(flow, AgentSessionFlow):
+            raise TypeError("flow must be an AgentSessionFlow")
+        self.client = client
+        self.flow = flow
+
+    async def start_session(
+        self,
+        session_id: str,
+        initial_message: str | None = None,
+        *,
+        images: Sequence[AgentImageReference] = (),
+        session_settings: Mapping[str, Any] | None = None,
+        start_environment: Mapping[str, str] | None = None,
+        options: StartFlowOptions | None = None,
+    ) -> str:
+        """Start session ``session_id`` (the Flow ID); returns the run ID.
+
+        A blank ``initial_message`` starts no turn. The engine indexes every
+        run's active Step types, so the session is found by
+        ``search_flows('ActiveStepTypes = "AwaitToolApproval"', ...)`` while it
+        waits for an approval (``AwaitQuestionAnswer`` for questions).
+
+        Raises:
+            ImageValidationError: An image reference is invalid.
+            ValueError: Images without an initial message.
+        """
+        images = tuple(images)
+        if images:
+            validate_image_references(images)
+            if initial_message is None or not initial_message.strip():
+                raise ValueError("start_session: images need an initial_message")
+        start = AgentSessionStartInput(
+            initial_message=initial_message,
+            images=images,
+            session_settings=dict(session_settings or {}),
+            start_environment=dict(start_environment or {}),
+        )
+        run_id: str = await self.client.start_flow(self.flow, session_id, start, options)
+        return run_id
+
+    async def send_user_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        images: Sequence[AgentImageReference] = (),
+        plan_mode: bool = False,
+    ) -> bool:
+        """Queue a user message; ``False`` for blank text or images the runner cannot take.
+
+        Raises:
+            ImageValidationError: An image reference is invalid (checked before sending).
+        """
+        images = tuple(images)
+        if images:
+            validate_image_references(images)
+        message = AgentUserMessage(text=text, images=images, plan_mode=plan_mode)
+        result: bool = await self.client.invoke_rpc(
+            self.flow.send_user_message, session_id, message
+        )
+        return result
+
+    async def resolve_interrupt(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        *,
+        approved: bool,
+        rejection_message: str | None = None,
+    ) -> bool:
+        """Approve or reject a pending approval, or decline a question (``approved=False``).
+
+        Returns ``False`` when the interrupt is not pending or past its deadline.
+        Retries ``RpcLockConflictError`` for 5 seconds.
+        """
+        request = ResolveInterruptRequest(
+            interrupt_id=interrupt_id, approved=approved, rejection_message=rejection_message
+        )
+        return await _retry_lock_conflicts(
+            lambda: self.client.invoke_rpc(self.flow.resolve_interrupt, session_id, request)
+        )
+
+    async def answer_question(self, session_id: str, interrupt_id: str, answer: str) -> bool:
+        """Answer a pending question; ``False`` when it is not pending, past its deadline,
+        or the answer is blank or not an allowed choice. Retries lock conflicts for 5 s."""
+        request = AnswerQuestionRequest(interrupt_id=interrupt_id, answer=answer)
+        return await _retry_lock_conflicts(
+            lambda: self.client.invoke_rpc(self.flow.answer_question, session_id, request)
+        )
+
+    async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        """The session as committed: state, recent messages, interrupts, tool calls, usage."""
+        snapshot: AgentSnapshot = await self.client.invoke_rpc(
+            self.flow.get_agent_snapshot, session_id
+        )
+        return snapshot
+
+    async def list_agent_messages(
+        self, session_id: str, *, before_sequence: int | None = None, limit: int = 50
+    ) -> AgentMessagesPage:
+        """One page of stored messages, oldest first; page back with ``next_before_sequence``."""
+        request = ListAgentMessagesRequest(before_sequence=before_sequence, limit=limit)
+        page: AgentMessagesPage = await self.client.invoke_rpc(
+            self.flow.list_agent_messages, session_id, request
+        )
+        return page
+
+    async def read_event(
+        self, session_id: str, resume_token: str = "", timeout: float | None = None
+    ) -> StreamMessage[AgentEvent]:
+        """The next ``AgentEvents`` message after ``resume_token`` (long poll)."""
+        message: StreamMessage[AgentEvent] = await self.client.read_stream(
+            session_id, self.flow.agent_events, resume_token, timeout
+        )
+        return message
+
+
+async def _retry_lock_conflicts(call: Callable[[], Awaitable[T]]) -> T:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOCK_CONFLICT_RETRY_SECONDS
+    delay = 0.02
+    while True:
+        try:
+            return await call()
+        except RpcLockConflictError:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)

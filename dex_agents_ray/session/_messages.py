@@ -1,0 +1,174 @@
+"""Message storage: the window, immutable chunks and the index.
+
+The newest messages are the window, one ``AgentMessages`` instance each, so
+storing a message writes only that message. When the window holds more than
+``message_window_size`` messages, its oldest move into ``AgentMessageChunks``
+instances in the same commit, at most 4 chunks and 8 MiB per commit. A
+message larger than ``message_chunk_max_bytes`` skips the window and goes
+into its own chunk. Every Step that stores messages loads the whole window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from dex import Context
+
+from dex_agents_ray.session._api import AgentSessionOptions
+from dex_agents_ray.session._schema import (
+    AGENT_MESSAGE_CHUNKS,
+    AGENT_MESSAGE_INDEX,
+    AGENT_MESSAGES,
+    message_sequence_key,
+)
+from dex_agents_ray.session._values import (
+    AgentMessage,
+    AgentMessageChunk,
+    AgentMessageChunkInfo,
+    AgentMessageIndex,
+    FrameworkMessage,
+    json_ready,
+)
+
+__all__ = ["append_messages", "load_messages", "window_messages"]
+
+MAX_CHUNK_BYTES = 8 * 1024 * 1024
+"""The hard limit on one chunk's encoded JSON."""
+MAX_CHUNKS_PER_COMMIT = 4
+"""At most this many chunks move out of the window in one commit."""
+
+
+def encoded_size(message: AgentMessage) -> int:
+    """Bytes of the message's JSON, about what the store keeps."""
+    text = json.dumps(json_ready(message), separators=(",", ":"), sort_keys=True)
+    return len(text.encode("utf-8"))
+
+
+def window_messages(context: Context) -> list[AgentMessage]:
+    """The window's messages in sequence order (needs the whole map loaded)."""
+    messages = []
+    for key in sorted(AGENT_MESSAGES.get_all_instance_keys(context)):
+        message = AGENT_MESSAGES.get(context, key)
+        if message is not None:
+            messages.append(message)
+    return messages
+
+
+def load_messages(context: Context) -> list[AgentMessage]:
+    """Every kept message, oldest first (needs both maps loaded)."""
+    index = AGENT_MESSAGE_INDEX.get(context)
+    messages: list[AgentMessage] = []
+    if index is not None:
+        for info in index.chunks:
+            chunk = AGENT_MESSAGE_CHUNKS.get(context, message_sequence_key(info.first_sequence))
+            if chunk is None:
+                raise RuntimeError(
+                    f"message chunk {info.first_sequence}..{info.last_sequence} is missing"
+                )
+            messages.extend(chunk.messages)
+    messages.extend(window_messages(context))
+    return messages
+
+
+def _write_chunk(
+    context: Context, messages: Sequence[AgentMessage], sizes: Sequence[int]
+) -> AgentMessageChunkInfo:
+    chunk = AgentMessageChunk(
+        first_sequence=messages[0].sequence,
+        last_sequence=messages[-1].sequence,
+        messages=tuple(messages),
+    )
+    AGENT_MESSAGE_CHUNKS.set(context, message_sequence_key(chunk.first_sequence), chunk)
+    for message in messages:
+        AGENT_MESSAGES.delete(context, message_sequence_key(message.sequence))
+    return AgentMessageChunkInfo(
+        first_sequence=chunk.first_sequence,
+        last_sequence=chunk.last_sequence,
+        encoded_bytes=sum(sizes),
+    )
+
+
+def _take_chunk(
+    window: list[tuple[AgentMessage, int]], options: AgentSessionOptions, limit: int
+) -> int:
+    """How many of the oldest window messages fit one chunk (at least one)."""
+    count, total = 0, 0
+    for _, size in window[:limit]:
+        if count and (
+            count >= options.message_chunk_size or total + size > options.message_chunk_max_bytes
+        ):
+            break
+        count += 1
+        total += size
+    return count
+
+
+def append_messages(
+    context: Context,
+    options: AgentSessionOptions,
+    *,
+    last_sequence: int,
+    turn_id: str,
+    messages: Sequence[FrameworkMessage],
+    now: datetime,
+) -> int:
+    """Store ``messages`` after ``last_sequence``; returns the new last sequence.
+
+    Raises:
+        ValueError: A message's JSON exceeds 8 MiB, more than a chunk may hold.
+    """
+    if not messages:
+        return last_sequence
+    index = AGENT_MESSAGE_INDEX.get(context)
+    chunks = list(index.chunks) if index is not None else []
+    window = [(m, encoded_size(m)) for m in window_messages(context)]
+    index_changed = False
+    for message in messages:
+        last_sequence += 1
+        stored = AgentMessage.from_framework(
+            message, sequence=last_sequence, turn_id=turn_id, created_at=now
+        )
+        size = encoded_size(stored)
+        if size > MAX_CHUNK_BYTES:
+            raise ValueError(
+                f"message {last_sequence} is {size} bytes of JSON; the limit is {MAX_CHUNK_BYTES}"
+            )
+        if size > options.message_chunk_max_bytes:
+            # Chunks hold consecutive messages, so the window moves out first.
+            while window:
+                count = _take_chunk(window, options, len(window))
+                taken, window = window[:count], window[count:]
+                chunks.append(_write_chunk(context, [m for m, _ in taken], [s for _, s in taken]))
+            chunks.append(_write_chunk(context, [stored], [size]))
+            index_changed = True
+            continue
+        AGENT_MESSAGES.set(context, message_sequence_key(stored.sequence), stored)
+        window.append((stored, size))
+    moved, moved_bytes = 0, 0
+    while len(window) > options.message_window_size and moved < MAX_CHUNKS_PER_COMMIT:
+        count = _take_chunk(window, options, len(window) - options.message_window_size)
+        taken = window[:count]
+        taken_bytes = sum(s for _, s in taken)
+        if moved and moved_bytes + taken_bytes > MAX_CHUNK_BYTES:
+            break
+        window = window[count:]
+        chunks.append(_write_chunk(context, [m for m, _ in taken], [s for _, s in taken]))
+        moved += 1
+        moved_bytes += taken_bytes
+        index_changed = True
+    if index_changed:
+        first = chunks[0].first_sequence if chunks else (index.first_sequence if index else 1)
+        base = index if index is not None else AgentMessageIndex()
+        AGENT_MESSAGE_INDEX.set(
+            context,
+            replace(
+                base,
+                chunks=tuple(chunks),
+                window_first_sequence=window[0][0].sequence if window else last_sequence + 1,
+                first_sequence=first,
+            ),
+        )
+    return last_sequence

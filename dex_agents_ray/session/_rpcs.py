@@ -1,0 +1,184 @@
+"""What the session's RPCs do. Each returns its output; the Flow wraps it.
+
+``resolve_interrupt`` and ``answer_question`` lock ``PendingInterrupts``: they
+remove the interrupt and publish the decision in one commit, so a decision is
+applied once and never lost. Bad input returns ``False`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dex import Context
+
+from dex_agents_ray.media import ImageValidationError, validate_image_references
+from dex_agents_ray.session._api import (
+    MAX_LIST_MESSAGES_LIMIT,
+    SNAPSHOT_MESSAGE_LIMIT,
+    AgentMessagesPage,
+    AgentSnapshot,
+    AnswerQuestionRequest,
+    ListAgentMessagesRequest,
+    QueuedUserMessage,
+    ResolveInterruptRequest,
+)
+from dex_agents_ray.session._messages import load_messages
+from dex_agents_ray.session._runner import ImageUserMessageBuilder
+from dex_agents_ray.session._schema import (
+    AGENT_MESSAGE_INDEX,
+    AGENT_PLAN,
+    AGENT_STATE,
+    AGENT_USAGE,
+    INTERRUPT_RESOLUTIONS,
+    PENDING_INTERRUPTS,
+    QUEUED_USER_MESSAGES,
+    SESSION_SETTINGS,
+    STEERED_USER_MESSAGES,
+    SessionConfig,
+)
+from dex_agents_ray.session._turns import turn_records
+from dex_agents_ray.session._values import (
+    AgentInterrupt,
+    AgentInterruptResolution,
+    AgentUsage,
+    AgentUserMessage,
+    InterruptKind,
+    utc_now,
+)
+
+__all__ = [
+    "answer_question",
+    "get_agent_snapshot",
+    "list_agent_messages",
+    "resolve_interrupt",
+    "send_user_message",
+]
+
+
+def send_user_message(context: Context, config: SessionConfig, message: AgentUserMessage) -> bool:
+    """Queue ``message``; ``False`` for blank text, ``plan_mode`` (off), or images the
+    runner cannot take."""
+    if not isinstance(message.text, str) or not message.text.strip():
+        return False
+    if message.plan_mode and not config.options.plan_mode_enabled:
+        return False
+    if message.images:
+        if not isinstance(config.runner, ImageUserMessageBuilder):
+            return False
+        try:
+            validate_image_references(message.images)
+        except ImageValidationError:
+            return False
+    QUEUED_USER_MESSAGES.publish(context, message)
+    return True
+
+
+def _take_pending(context: Context, interrupt_id: str) -> AgentInterrupt | None:
+    """Remove and return ``interrupt_id`` while it is pending and before its deadline."""
+    pending = PENDING_INTERRUPTS.get(context) or []
+    found = next((i for i in pending if i.interrupt_id == interrupt_id), None)
+    if found is None:
+        return None
+    if found.deadline is not None and utc_now() >= found.deadline:
+        return None
+    PENDING_INTERRUPTS.set(context, [i for i in pending if i.interrupt_id != interrupt_id])
+    return found
+
+
+def resolve_interrupt(context: Context, request: ResolveInterruptRequest) -> bool:
+    """Approve or reject an approval, or decline a question."""
+    if not isinstance(request.interrupt_id, str) or not isinstance(request.approved, bool):
+        return False
+    pending = PENDING_INTERRUPTS.get(context) or []
+    found = next((i for i in pending if i.interrupt_id == request.interrupt_id), None)
+    if found is None or (found.kind is InterruptKind.QUESTION and request.approved):
+        return False
+    interrupt = _take_pending(context, request.interrupt_id)
+    if interrupt is None:
+        return False
+    INTERRUPT_RESOLUTIONS.publish(
+        context,
+        interrupt.interrupt_id,
+        AgentInterruptResolution(
+            interrupt_id=interrupt.interrupt_id,
+            kind=interrupt.kind,
+            approved=request.approved,
+            rejection_message=None if request.approved else request.rejection_message,
+        ),
+    )
+    return True
+
+
+def answer_question(context: Context, request: AnswerQuestionRequest) -> bool:
+    """Answer a pending question; ``False`` for a blank answer or one outside ``choices``."""
+    answer = request.answer
+    if not isinstance(request.interrupt_id, str) or not isinstance(answer, str):
+        return False
+    if not answer.strip():
+        return False
+    pending = PENDING_INTERRUPTS.get(context) or []
+    found = next((i for i in pending if i.interrupt_id == request.interrupt_id), None)
+    if found is None or found.kind is not InterruptKind.QUESTION:
+        return False
+    if found.choices and not found.allows_free_text and answer not in found.choices:
+        return False
+    interrupt = _take_pending(context, request.interrupt_id)
+    if interrupt is None:
+        return False
+    INTERRUPT_RESOLUTIONS.publish(
+        context,
+        interrupt.interrupt_id,
+        AgentInterruptResolution(
+            interrupt_id=interrupt.interrupt_id,
+            kind=InterruptKind.QUESTION,
+            approved=True,
+            answer=answer,
+        ),
+    )
+    return True
+
+
+def _queued(context: Context, steered: bool) -> tuple[QueuedUserMessage, ...]:
+    channel = STEERED_USER_MESSAGES if steered else QUEUED_USER_MESSAGES
+    return tuple(
+        QueuedUserMessage(
+            message_id=entry.message_id,
+            text=entry.value.text,
+            images=entry.value.images,
+            plan_mode=entry.value.plan_mode,
+        )
+        for entry in channel.pending_messages(context)
+    )
+
+
+def get_agent_snapshot(context: Context) -> AgentSnapshot:
+    """The session as committed (needs every message map, the records and the queues loaded)."""
+    state = AGENT_STATE.get(context)
+    messages = load_messages(context)[-SNAPSHOT_MESSAGE_LIMIT:]
+    queued = _queued(context, steered=False)
+    return AgentSnapshot(
+        state=state,
+        messages=tuple(messages),
+        pending_interrupts=tuple(PENDING_INTERRUPTS.get(context) or ()),
+        tool_calls=tuple(turn_records(context)),
+        usage=AGENT_USAGE.get(context) or AgentUsage(),
+        queued_message_count=len(queued),
+        plan=AGENT_PLAN.get(context),
+        queued_messages=queued,
+        steered_messages=_queued(context, steered=True),
+        session_settings=dict(SESSION_SETTINGS.get(context) or {}),
+    )
+
+
+def list_agent_messages(context: Context, request: ListAgentMessagesRequest) -> AgentMessagesPage:
+    """One page of stored messages, oldest first, before ``request.before_sequence``."""
+    limit = min(max(int(request.limit), 1), MAX_LIST_MESSAGES_LIMIT)
+    messages = load_messages(context)
+    if request.before_sequence is not None:
+        messages = [m for m in messages if m.sequence < request.before_sequence]
+    page = messages[-limit:]
+    more = len(messages) > len(page)
+    index = AGENT_MESSAGE_INDEX.get(context)
+    return AgentMessagesPage(
+        messages=tuple(page),
+        next_before_sequence=page[0].sequence if more and page else None,
+        deleted_before_sequence=None if index is None else index.deleted_before_sequence,
+    )

@@ -1,0 +1,334 @@
+"""Starting and ending turns, and what ``RunModel`` does with each outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import dex
+from dex import AsyncContext, Context, StepDecision
+
+from dex_agents_ray.media import validate_image_references
+from dex_agents_ray.session._api import AgentEventType
+from dex_agents_ray.session._messages import append_messages, load_messages
+from dex_agents_ray.session._runner import (
+    AgentEventWriter,
+    AgentTurnContext,
+    ToolCallsRequested,
+    TurnCompleted,
+    TurnContinued,
+    UnfinishedTurnMessageBuilder,
+    build_turn_failure_note,
+)
+from dex_agents_ray.session._schema import (
+    AGENT_STATE,
+    AGENT_TOOL_CALLS,
+    AGENT_USAGE,
+    FRAMEWORK_RUN_STATE,
+    PENDING_INTERRUPTS,
+    SESSION_SETTINGS,
+    TURN_REPLY_SEQUENCE,
+    SessionConfig,
+)
+from dex_agents_ray.session._tool_requests import (
+    TurnRequestError,
+    check_tool_calls,
+    defer_tool_calls,
+)
+from dex_agents_ray.session._values import (
+    AgentState,
+    AgentStatus,
+    AgentToolCall,
+    AgentUsage,
+    FrameworkMessage,
+    InteractionMode,
+    MessageRole,
+    TurnReplySequence,
+    utc_now,
+)
+
+logger = logging.getLogger("dex_agents_ray.session")
+
+__all__ = [
+    "apply_outcome",
+    "begin_turn",
+    "fail_turn",
+    "turn_context",
+    "turn_records",
+]
+
+NEW_MESSAGES_WITHOUT_BUILDER = (
+    "the runner stored turn messages (new_messages) but does not implement "
+    "build_unfinished_turn_messages"
+)
+
+
+def require_messages(messages: Sequence[object], what: str) -> list[FrameworkMessage]:
+    """Check a runner's messages before any is stored."""
+    checked = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, FrameworkMessage):
+            raise TypeError(f"{what}[{index}] is a {type(message).__name__}, not FrameworkMessage")
+        if not isinstance(message.framework_item, str):
+            raise TypeError(f"{what}[{index}].framework_item must be a str")
+        validate_image_references(message.images)
+        checked.append(message)
+    return checked
+
+
+def turn_records(context: Context) -> list[AgentToolCall]:
+    """This turn's tool call records in deferral order (needs the map loaded)."""
+    records = [
+        AGENT_TOOL_CALLS.get(context, key)
+        for key in AGENT_TOOL_CALLS.get_all_instance_keys(context)
+    ]
+    return sorted((r for r in records if r is not None), key=lambda r: r.deferral_order)
+
+
+def begin_turn(
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    message: FrameworkMessage,
+) -> AgentState:
+    """Store the turn's user message and make the turn active (status ``running_model``)."""
+    if message.role is not MessageRole.USER:
+        raise ValueError(f"build_user_message returned a {message.role.value!r} message")
+    require_messages([message], "user message")
+    turn_number = state.turn_count + 1
+    turn_id = f"turn-{turn_number}"
+    first = state.last_sequence + 1
+    last = append_messages(
+        context,
+        config.options,
+        last_sequence=state.last_sequence,
+        turn_id=turn_id,
+        messages=[message],
+        now=utc_now(),
+    )
+    TURN_REPLY_SEQUENCE.set(context, TurnReplySequence(turn_id=turn_id, first_sequence=last + 1))
+    FRAMEWORK_RUN_STATE.delete(context)
+    started = replace(
+        state,
+        status=AgentStatus.RUNNING_MODEL,
+        interaction_mode=InteractionMode.CHAT,
+        turn_count=turn_number,
+        active_turn_id=turn_id,
+        last_sequence=last,
+    )
+    AGENT_STATE.set(context, started)
+    config.emit(context, AgentEventType.TURN_STARTED, {"sequence": first}, turn_id=turn_id)
+    return started
+
+
+def turn_context(
+    context: AsyncContext,
+    config: SessionConfig,
+    state: AgentState,
+    writer: AgentEventWriter,
+    heartbeat: Any,
+) -> AgentTurnContext:
+    """What the runner sees of the active turn (messages and records must be loaded)."""
+    assert state.active_turn_id is not None
+    options = config.options
+    return AgentTurnContext(
+        flow_id=context.flow_id,
+        turn_id=state.active_turn_id,
+        attempt=context.attempt,
+        messages=tuple(load_messages(context)),
+        framework_run_state=FRAMEWORK_RUN_STATE.get(context),
+        tool_calls={r.tool_call_id: r for r in turn_records(context)},
+        events=writer,
+        heartbeat=heartbeat,
+        enabled_built_in_tools=options.built_in_tools,
+        interaction_mode=state.interaction_mode,
+        session_settings=SESSION_SETTINGS.get(context) or {},
+        tool_policies=options.tool_policies,
+        default_tool_effect=options.default_tool_effect,
+        step_execution_id=context.step_execution_id,
+    )
+
+
+def _end_turn(
+    context: Context, config: SessionConfig, state: AgentState, *, error: str | None
+) -> None:
+    for key in AGENT_TOOL_CALLS.get_all_instance_keys(context):
+        AGENT_TOOL_CALLS.delete(context, key)
+    FRAMEWORK_RUN_STATE.delete(context)
+    PENDING_INTERRUPTS.set(context, [])
+    AGENT_STATE.set(
+        context,
+        replace(
+            state,
+            status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+            active_turn_id=None,
+            last_turn_error=error,
+        ),
+    )
+    turn_id = state.active_turn_id
+    if error is None:
+        config.emit(
+            context,
+            AgentEventType.TURN_COMPLETED,
+            {"message_count": state.last_sequence},
+            turn_id=turn_id,
+        )
+    else:
+        config.emit(context, AgentEventType.TURN_FAILED, {"error": error}, turn_id=turn_id)
+
+
+def _store(
+    context: Context, config: SessionConfig, state: AgentState, messages: Sequence[FrameworkMessage]
+) -> AgentState:
+    assert state.active_turn_id is not None
+    last = append_messages(
+        context,
+        config.options,
+        last_sequence=state.last_sequence,
+        turn_id=state.active_turn_id,
+        messages=messages,
+        now=utc_now(),
+    )
+    return replace(state, last_sequence=last)
+
+
+def _record_usage(
+    context: Context, config: SessionConfig, state: AgentState, usage: object
+) -> None:
+    if not isinstance(usage, AgentUsage):
+        raise TypeError(f"the outcome's usage is a {type(usage).__name__}, not AgentUsage")
+    total = (AGENT_USAGE.get(context) or AgentUsage()) + usage
+    AGENT_USAGE.set(context, total)
+    config.emit(
+        context,
+        AgentEventType.USAGE_RECORDED,
+        {"recorded": usage, "session": total},
+        turn_id=state.active_turn_id,
+    )
+
+
+def fail_turn(
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    error: str,
+    turn: AgentTurnContext | None,
+) -> StepDecision:
+    """End the active turn as failed: unfinished-turn messages, the note, cleared records."""
+    if state.active_turn_id is None:
+        AGENT_STATE.set(context, replace(state, last_turn_error=error))
+        return dex.go_to(_await_user_message(), None)
+    records = [r for r in turn_records(context) if r.is_final]
+    messages: list[FrameworkMessage] = []
+    runner = config.runner
+    if turn is not None and isinstance(runner, UnfinishedTurnMessageBuilder):
+        try:
+            messages = require_messages(
+                list(runner.build_unfinished_turn_messages(turn)), "unfinished turn messages"
+            )
+        except Exception:
+            logger.warning(
+                "build_unfinished_turn_messages failed; storing only the note", exc_info=True
+            )
+            messages = []
+    if records:
+        note = runner.build_user_message(build_turn_failure_note(records))
+        if not isinstance(note, FrameworkMessage) or note.role is not MessageRole.USER:
+            raise ValueError("build_user_message must return a user FrameworkMessage")
+        messages.append(note)
+    state = _store(context, config, state, messages)
+    _end_turn(context, config, state, error=error)
+    return dex.go_to(_await_user_message(), None)
+
+
+def _await_user_message() -> Any:
+    from dex_agents_ray.session._steps_turn import AwaitUserMessage
+
+    return AwaitUserMessage
+
+
+def _run_model() -> Any:
+    from dex_agents_ray.session._steps_turn import ResumeTurn, RunModel
+
+    return RunModel, ResumeTurn
+
+
+def apply_outcome(
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    turn: AgentTurnContext,
+    outcome: object,
+) -> StepDecision:
+    """Commit what ``run_model_step`` returned and choose the next Step."""
+    has_builder = isinstance(config.runner, UnfinishedTurnMessageBuilder)
+    if isinstance(outcome, TurnCompleted):
+        messages = require_messages(list(outcome.new_messages), "TurnCompleted.new_messages")
+        _record_usage(context, config, state, outcome.usage)
+        state = _store(context, config, state, messages)
+        error = outcome.turn_error
+        if error is not None and not isinstance(error, str):
+            raise TypeError("TurnCompleted.turn_error must be a str or None")
+        _end_turn(context, config, state, error=error or None)
+        return dex.go_to(_await_user_message(), None)
+    if isinstance(outcome, TurnContinued):
+        _require_run_state(outcome.framework_run_state, "TurnContinued")
+        messages = require_messages(list(outcome.new_messages), "TurnContinued.new_messages")
+        _record_usage(context, config, state, outcome.usage)
+        state = _store(context, config, state, messages)
+        if not has_builder:
+            return fail_turn(context, config, state, NEW_MESSAGES_WITHOUT_BUILDER, None)
+        FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
+        AGENT_STATE.set(context, state)
+        run_model, _ = _run_model()
+        return dex.go_to(run_model, None)
+    if isinstance(outcome, ToolCallsRequested):
+        return _apply_tool_calls(context, config, state, turn, outcome, has_builder)
+    raise TypeError(
+        f"run_model_step returned {type(outcome).__name__}; expected TurnCompleted, "
+        "ToolCallsRequested or TurnContinued"
+    )
+
+
+def _require_run_state(value: object, what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what}.framework_run_state must be a non-empty string")
+
+
+def _apply_tool_calls(
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    turn: AgentTurnContext,
+    outcome: ToolCallsRequested,
+    has_builder: bool,
+) -> StepDecision:
+    _require_run_state(outcome.framework_run_state, "ToolCallsRequested")
+    calls = list(outcome.tool_calls)
+    if not calls:
+        raise ValueError("ToolCallsRequested.tool_calls is empty")
+    messages = require_messages(list(outcome.new_messages), "ToolCallsRequested.new_messages")
+    _record_usage(context, config, state, outcome.usage)
+    state = _store(context, config, state, messages)
+    if messages and not has_builder:
+        return fail_turn(context, config, state, NEW_MESSAGES_WITHOUT_BUILDER, None)
+    try:
+        check_tool_calls(calls, list(turn.tool_calls))
+    except TurnRequestError as error:
+        return fail_turn(context, config, state, f"invalid tool calls: {error}", turn)
+    assert state.active_turn_id is not None
+    first_order = max((r.deferral_order for r in turn.tool_calls.values()), default=-1) + 1
+    movements = defer_tool_calls(
+        context,
+        config,
+        turn_id=state.active_turn_id,
+        calls=calls,
+        first_order=first_order,
+        now=utc_now(),
+    )
+    FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
+    AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
+    _, resume_turn = _run_model()
+    return dex.go_to_many(*movements, dex.StepMovement.of(resume_turn, len(calls)))

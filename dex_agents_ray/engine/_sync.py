@@ -45,10 +45,12 @@ class SyncEngineClient:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def close(self) -> None:
-        """Stop the private event loop."""
+        """Stop and close the private event loop."""
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+        if not self._loop.is_running() and not self._loop.is_closed():
+            self._loop.close()
 
     def start_flow(
         self, flow: Flow[Any], flow_id: str, input: object, options: StartFlowOptions | None = None

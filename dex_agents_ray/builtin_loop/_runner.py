@@ -174,6 +174,14 @@ class BuiltinLoopAgentRunner:
         self.media_store = media_store
         self._function_tools = dict(definition.function_tools)
         self._router = ToolSourceRouter(definition.tool_sources)
+        if media_store is not None:
+            # Only a runner with a store is an ImageUserMessageBuilder: the session
+            # checks for the method, and refuses images without it.
+            self.build_user_message_with_images = self._build_user_message_with_images
+
+    build_user_message_with_images: Callable[[str, Sequence[AgentImageReference]], FrameworkMessage]
+    """A ``user`` message with images (``ImageUserMessageBuilder``); only a runner
+    with a media store has it."""
 
     def __repr__(self) -> str:
         return f"BuiltinLoopAgentRunner({self.definition.name!r})"
@@ -188,15 +196,6 @@ class BuiltinLoopAgentRunner:
     def build_user_message(self, text: str) -> FrameworkMessage:
         """A ``user`` message storing a ``user_text`` item."""
         return item_message(UserTextItem(text=text))
-
-    @property
-    def build_user_message_with_images(
-        self,
-    ) -> Callable[[str, Sequence[AgentImageReference]], FrameworkMessage]:
-        """A ``user`` message with images; only a runner with a media store has it."""
-        if self.media_store is None:
-            raise AttributeError("build_user_message_with_images needs a media store")
-        return self._build_user_message_with_images
 
     def _build_user_message_with_images(
         self, text: str, images: Sequence[AgentImageReference]

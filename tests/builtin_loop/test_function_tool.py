@@ -51,7 +51,11 @@ def test_defaults_come_from_the_function() -> None:
 
 
 def test_overrides_and_direct_call() -> None:
-    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"q": {"type": "string"}},
+        "required": ["q"],
+    }
 
     def search(q: str) -> list[str]:
         return [q]

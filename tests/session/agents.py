@@ -1,0 +1,200 @@
+"""A scripted runner for session tests: model replies come from a script, tools
+from named behaviours that use gates and invocation logs in a state directory.
+
+Flows built here are stored by value with the engine and unpickled in Ray
+workers, which import this module by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dex_agents_ray import (
+    AgentSessionFlow,
+    AgentSessionOptions,
+    AgentToolCall,
+    AgentTurnContext,
+    AgentTurnOutcome,
+    AgentUsage,
+    DeferredToolCall,
+    DeferredToolExecution,
+    DeferredToolOutcome,
+    FrameworkMessage,
+    MessageRole,
+    ToolCallsRequested,
+    ToolExecutionError,
+    ToolExecutionResult,
+    ToolInputRequested,
+    ToolOutcomeUnknownError,
+    ToolTaskPending,
+    ToolTaskPoll,
+    ToolTaskPollOutcome,
+    ToolTaskStarted,
+    TurnCompleted,
+    describe_tool_call_outcome,
+)
+from dex_agents_ray.testing import FileGate, InvocationLog
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call a scripted model makes."""
+
+    tool_call_id: str
+    tool_name: str
+    arguments: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted model reply: tool calls, or a final answer, or an error."""
+
+    calls: Sequence[Call] = ()
+    raise_error: str | None = None
+
+
+def user_message(text: str) -> FrameworkMessage:
+    return FrameworkMessage(
+        role=MessageRole.USER, framework_item=json.dumps({"user": text}), text=text
+    )
+
+
+def answer_text(records: Sequence[AgentToolCall]) -> str:
+    """The final answer: every call's outcome, in deferral order."""
+    if not records:
+        return "no tools"
+    return "; ".join(f"{r.tool_name}={describe_tool_call_outcome(r)}" for r in records)
+
+
+class ScriptedRunner:
+    """Replies from ``script[<turn's user text>]``; tools by ``behaviours[<tool name>]``.
+
+    Tool behaviours: ``echo`` (returns its arguments), ``gate`` (logs the call,
+    waits at gate ``<tool>-<attempt>``), ``fail`` (``ToolExecutionError``),
+    ``unknown`` (``ToolOutcomeUnknownError``), ``crash`` (any exception), ``ask``
+    (asks a question first), ``task`` (starts a task, see ``TaskRunner``).
+    """
+
+    def __init__(
+        self,
+        state_dir: str,
+        script: Mapping[str, Sequence[Reply]],
+        behaviours: Mapping[str, str],
+    ) -> None:
+        self.state_dir = state_dir
+        self.script = dict(script)
+        self.behaviours = dict(behaviours)
+
+    def log(self, name: str) -> InvocationLog:
+        return InvocationLog(os.path.join(self.state_dir, f"{name}.log"))
+
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        return user_message(text)
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        user_text = next(
+            m.text for m in turn.messages if m.turn_id == turn.turn_id and m.text is not None
+        )
+        index = 0 if turn.framework_run_state is None else json.loads(turn.framework_run_state)
+        self.log("model").record(f"{turn.turn_id}/{index}/{turn.attempt}")
+        replies = self.script.get(user_text, ())
+        reply = replies[index] if index < len(replies) else Reply()
+        if reply.raise_error is not None:
+            raise RuntimeError(reply.raise_error)
+        usage = AgentUsage(input_tokens=10, output_tokens=2, model_calls=1)
+        if reply.calls:
+            calls = [
+                DeferredToolCall(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    arguments=json.dumps(call.arguments),
+                    policy=turn.resolve_tool_policy(call.tool_name),
+                )
+                for call in reply.calls
+            ]
+            return ToolCallsRequested(
+                framework_run_state=json.dumps(index + 1), tool_calls=calls, usage=usage
+            )
+        records = list(turn.tool_calls.values())
+        text = answer_text(records)
+        turn.events.write_text_delta(text)
+        answer = FrameworkMessage(
+            role=MessageRole.ASSISTANT, framework_item=json.dumps({"answer": text}), text=text
+        )
+        return TurnCompleted(new_messages=[answer], usage=usage)
+
+    async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> DeferredToolOutcome:
+        record = call.tool_call
+        behaviour = self.behaviours.get(record.tool_name, "echo")
+        self.log(record.tool_name).record(
+            f"{record.tool_call_id}/{call.attempt}/{call.idempotency_key}/{os.getpid()}"
+        )
+        if behaviour == "gate":
+            await FileGate(self.state_dir, f"{record.tool_name}-{call.attempt}").wait_for_release()
+            return ToolExecutionResult(output=f"{record.tool_name} done")
+        if behaviour == "fail":
+            raise ToolExecutionError(f"{record.tool_name} refused")
+        if behaviour == "unknown":
+            raise ToolOutcomeUnknownError(f"{record.tool_name} lost its connection")
+        if behaviour == "crash":
+            raise RuntimeError(f"{record.tool_name} crashed")
+        if behaviour == "ask":
+            if not call.input_answers:
+                return ToolInputRequested(
+                    question="Which account?", choices=("a", "b"), continuation="q1"
+                )
+            answer = call.input_answers[-1]
+            return ToolExecutionResult(
+                output=f"account {answer.answer} ({answer.resolution.value}, "
+                f"{record.input_continuation})"
+            )
+        if behaviour == "task":
+            if call.heartbeat_checkpoint is not None:
+                return ToolTaskStarted(task_id=call.heartbeat_checkpoint, poll_interval_seconds=0.2)
+            await call.save_heartbeat_checkpoint("job-1")
+            return ToolTaskStarted(task_id="job-1", poll_interval_seconds=0.2)
+        return ToolExecutionResult(output=f"echo {record.arguments}")
+
+
+class TaskRunner(ScriptedRunner):
+    """A ``ScriptedRunner`` that polls tool tasks.
+
+    The task asks ``Proceed?`` on its first poll, then reports pending until
+    the file ``task-done`` exists in the state directory.
+    """
+
+    async def poll_tool_task(self, poll: ToolTaskPoll) -> ToolTaskPollOutcome:
+        record = poll.tool_call
+        pending = poll.pending_answer
+        self.log("poll").record(
+            f"{record.task_id}/{record.input_continuation}/"
+            f"{None if pending is None else pending.answer}"
+        )
+        if record.input_request_count == 0:
+            return ToolInputRequested(question="Proceed?", continuation="ask-1")
+        if not _task_done(self.state_dir):
+            kept = record.input_continuation if pending is None else "ask-1"
+            return ToolTaskPending(poll_interval_seconds=0.2, continuation=kept)
+        answer = next(a.answer for a in record.input_answers)
+        return ToolExecutionResult(output=f"task {record.task_id} finished after {answer}")
+
+
+def _task_done(state_dir: str) -> bool:
+    return Path(state_dir, "task-done").exists()
+
+
+def build_flow(
+    state_dir: Path | str,
+    script: Mapping[str, Sequence[Reply]],
+    behaviours: Mapping[str, str] | None = None,
+    *,
+    options: AgentSessionOptions | None = None,
+    runner_class: type[ScriptedRunner] = ScriptedRunner,
+    flow_type: str = "TestAgent",
+) -> AgentSessionFlow:
+    runner = runner_class(str(state_dir), script, behaviours or {})
+    return AgentSessionFlow(runner, flow_type=flow_type, options=options or AgentSessionOptions())

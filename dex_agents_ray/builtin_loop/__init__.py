@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         TurnContinuationDecider,
     )
     from dex_agents_ray.builtin_loop._flow import (
+        builtin_agent_session_flow,
         builtin_agent_session_options,
     )
     from dex_agents_ray.builtin_loop._function_tool import (
@@ -103,6 +104,7 @@ _LAZY_MODULES = {
     "TurnContinuationContext": "_definition",
     "TurnContinuationDecider": "_definition",
     "BuiltinLoopAgentRunner": "_runner",
+    "builtin_agent_session_flow": "_flow",
     "builtin_agent_session_options": "_flow",
 }
 
@@ -168,6 +170,7 @@ __all__ = [
     "TurnContinuationContext",
     "TurnContinuationDecider",
     "UserTextItem",
+    "builtin_agent_session_flow",
     "builtin_agent_session_options",
     "function_tool",
 ]

@@ -26,6 +26,7 @@ LOOP_NAMES = {
     "TurnContinuation",
     "TurnContinuationContext",
     "TurnContinuationDecider",
+    "builtin_agent_session_flow",
     "builtin_agent_session_options",
     "function_tool",
 }

@@ -26,7 +26,7 @@ from dex_agents_ray.builtin_loop._schema import decode_value, schema_for_hint
 from dex_agents_ray.builtin_loop._validation import SchemaViolation, validate_json_value
 from dex_agents_ray.media import AgentImageReference, MediaStore
 from dex_agents_ray.session._policy import ToolEffect, ToolExecutionError, ToolPolicy
-from dex_agents_ray.session._runner import AgentEventWriter
+from dex_agents_ray.session._runner import AgentEventWriter, ToolCallStepOptions
 from dex_agents_ray.session._values import QuestionAnswer
 
 __all__ = [
@@ -166,6 +166,9 @@ class FunctionTool(Generic[P, R]):
         requires_approval: ``None`` uses the effect's default approval.
         function: The wrapped function.
         prepare_arguments: Converts the decoded arguments before the schema check.
+        step_options: The tool Step's own options (timeout, retry policy, Ray
+            resources, or running inline in the session's host); ``None`` keeps
+            the session's.
     """
 
     def __init__(
@@ -178,6 +181,7 @@ class FunctionTool(Generic[P, R]):
         description: str | None = None,
         parameters_schema: Mapping[str, JsonValue] | None = None,
         prepare_arguments: Callable[[Any], Any] | None = None,
+        step_options: ToolCallStepOptions | None = None,
     ) -> None:
         if not callable(function):
             raise TypeError("function_tool needs a function")
@@ -205,6 +209,9 @@ class FunctionTool(Generic[P, R]):
                     "not an async function"
                 )
         self.prepare_arguments = prepare_arguments
+        if step_options is not None and not isinstance(step_options, ToolCallStepOptions):
+            raise TypeError(f"function_tool {self.name} step_options must be ToolCallStepOptions")
+        self.step_options = step_options
         self._parameters, self._context_parameter = self._read_signature()
         derived = self._derive_schema()
         if parameters_schema is not None:
@@ -366,6 +373,7 @@ def function_tool(
     description: str | None = None,
     parameters_schema: Mapping[str, JsonValue] | None = None,
     prepare_arguments: Callable[[Any], Any] | None = None,
+    step_options: ToolCallStepOptions | None = None,
 ) -> FunctionTool[P, R]: ...
 
 
@@ -380,6 +388,7 @@ def function_tool(
     description: str | None = None,
     parameters_schema: Mapping[str, JsonValue] | None = None,
     prepare_arguments: Callable[[Any], Any] | None = None,
+    step_options: ToolCallStepOptions | None = None,
 ) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
@@ -393,6 +402,7 @@ def function_tool(
     description: str | None = None,
     parameters_schema: Mapping[str, JsonValue] | None = None,
     prepare_arguments: Callable[[Any], Any] | None = None,
+    step_options: ToolCallStepOptions | None = None,
 ) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Turn a plain sync or async function into a tool.
 
@@ -428,6 +438,12 @@ def function_tool(
             fails the call like a schema violation; ``CancelledError`` passes
             through; an awaitable result is refused. The stored tool call and
             the approval interrupt keep the model's original arguments.
+        step_options: The tool Step's own options: ``timeout``, ``retry_policy``
+            (``CallTool`` only), ``heartbeat_timeout``, ``ray`` (CPUs, GPUs,
+            memory, custom resources, runtime_env of its Ray task) and
+            ``run_inline`` (run a cheap async tool in the session's host
+            instead of a Ray task). Attempts, effects and crash semantics are
+            the same wherever it runs. ``None`` keeps the session's.
 
     Raises:
         TypeError: A type hint is not supported, or an option has the wrong type.
@@ -443,6 +459,7 @@ def function_tool(
             description=description,
             parameters_schema=parameters_schema,
             prepare_arguments=prepare_arguments,
+            step_options=step_options,
         )
 
     if function is not None:

@@ -481,9 +481,10 @@ class BuiltinLoopAgentRunner:
             await self._router.cancel_tool_task(cancellation)
 
     def tool_call_step_options(self, tool_call: AgentToolCall) -> ToolCallStepOptions | None:
-        """A tool source call's Step options from its source; ``None`` otherwise."""
+        """A function tool's ``step_options``, or a source call's from its source."""
         if not ToolSourceRouter.is_source_call(tool_call):
-            return None
+            tool = self._function_tools.get(tool_call.tool_name)
+            return tool.step_options if tool is not None else None
         try:
             return self._router.tool_call_step_options(tool_call)
         except LookupError:

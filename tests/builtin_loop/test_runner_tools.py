@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from dex_agents_ray.session import (
     ImageUserMessageBuilder,
     QuestionAnswer,
     QuestionResolution,
+    ToolCallStepOptions,
     ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
@@ -205,3 +207,24 @@ async def test_a_runner_with_a_store_shows_images_to_the_model() -> None:
     assert seen[0].image_bytes == {reference.sha256: PNG}
     await BuiltinLoopAgentRunner(definition).run_model_step(transcript.turn())
     assert seen[1].input == (UserTextItem(text="What is this?"),) and seen[1].image_bytes == {}
+
+
+def test_a_function_tool_gives_its_step_options() -> None:
+    options = ToolCallStepOptions(run_inline=True, timeout=timedelta(seconds=30))
+
+    @function_tool(effect=ToolEffect.READ, step_options=options)
+    async def quick() -> str:
+        return "fast"
+
+    definition = AgentDefinition(
+        name="quick",
+        instructions="Be quick.",
+        model=ScriptedModelClient(lambda request: ScriptedModelReply(text="ok")),
+        tools=[quick, get_order],
+    )
+    runner = BuiltinLoopAgentRunner(definition)
+    assert runner.tool_call_step_options(record("c1", "quick")) is options
+    assert runner.tool_call_step_options(record("c2", "get_order")) is None
+    assert runner.tool_call_step_options(record("c3", "missing")) is None
+    with pytest.raises(TypeError, match="step_options must be ToolCallStepOptions"):
+        function_tool(effect=ToolEffect.READ, step_options={"run_inline": True})(quick.function)  # type: ignore[arg-type]

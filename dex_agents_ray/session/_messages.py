@@ -149,7 +149,8 @@ def append_messages(
         window.append((stored, size))
     moved, moved_bytes = 0, 0
     while len(window) > options.message_window_size and moved < MAX_CHUNKS_PER_COMMIT:
-        count = _take_chunk(window, options, len(window) - options.message_window_size)
+        # Whole chunks leave the window, so chunks stay near message_chunk_size.
+        count = _take_chunk(window, options, len(window))
         taken = window[:count]
         taken_bytes = sum(s for _, s in taken)
         if moved and moved_bytes + taken_bytes > MAX_CHUNK_BYTES:

@@ -145,7 +145,10 @@ class ScriptedRunner:
         if behaviour == "ask":
             if not call.input_answers:
                 return ToolInputRequested(
-                    question="Which account?", choices=("a", "b"), continuation="q1"
+                    question="Which account?",
+                    choices=("a", "b"),
+                    allows_free_text=False,
+                    continuation="q1",
                 )
             answer = call.input_answers[-1]
             return ToolExecutionResult(

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
-from dex_agents_ray import AgentEventType, AgentSessionClient, AgentStatus
-from tests.session.agents import Reply, build_flow
+from dex_agents_ray import (
+    AgentEventType,
+    AgentSessionClient,
+    AgentSessionOptions,
+    AgentStatus,
+    MessageRole,
+    ToolEffect,
+    ToolPolicy,
+)
+from dex_agents_ray.testing import InvocationLog
+from tests.session.agents import Call, Reply, build_flow
 from tests.session.polling import read_events, snapshot_when, turn_done
 
 
@@ -41,3 +51,85 @@ async def test_a_turn_answers_stores_messages_and_writes_events(
     assert events[1].step_execution_id == "RunModel-1" and events[1].attempt == 1
     assert events[2].payload["session"]["model_calls"] == 1
     assert events[3].payload == {"message_count": 2}
+
+
+async def test_a_failed_turn_after_tools_stores_the_note_and_the_next_turn_runs(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    script = {
+        "look": [Reply(calls=[Call("c1", "lookup", {"id": 1})]), Reply(raise_error="model down")],
+        "again": [Reply()],
+    }
+    options = AgentSessionOptions(tool_policies={"lookup": ToolPolicy(ToolEffect.READ)})
+    flow = build_flow(state_dir, script, options=options)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-2", "look")
+    failed = await snapshot_when(sessions, "s-2", turn_done(1))
+
+    assert failed.state is not None
+    assert failed.state.last_turn_error == "RuntimeError: model down"
+    assert failed.tool_calls == ()
+    assert failed.messages[-1].role is MessageRole.USER
+    assert failed.messages[-1].text == (
+        "[Dex] The previous turn failed after these tool calls ran:\n"
+        '- lookup {"id": 1} -> succeeded: echo {"id": 1}\n'
+        "Do not repeat these tool calls unless the user asks again."
+    )
+    assert InvocationLog(state_dir / "model.log").entries() == [
+        "turn-1/0/1",
+        "turn-1/1/1",
+        "turn-1/1/2",
+        "turn-1/1/3",
+    ]
+    events = await read_events(sessions, "s-2", until_type=AgentEventType.TURN_FAILED)
+    assert events[-1].payload == {"error": "RuntimeError: model down"}
+    assert events[-1].step_execution_id == "RecordTurnFailure-1"
+
+    assert await sessions.send_user_message("s-2", "again")
+    later = await snapshot_when(sessions, "s-2", turn_done(2))
+    assert later.state is not None and later.state.last_turn_error is None
+
+
+def _stored_keys(store_path: Path, flow_id: str) -> list[str]:
+    with sqlite3.connect(store_path) as db:
+        rows = db.execute("SELECT key FROM attributes WHERE flow_id = ?", (flow_id,)).fetchall()
+    return sorted(row[0] for row in rows)
+
+
+async def test_blank_messages_start_no_turn_and_messages_page_across_chunks(
+    engine_factory: Any, state_dir: Path, store_path: Path
+) -> None:
+    options = AgentSessionOptions(message_window_size=3, message_chunk_size=2)
+    flow = build_flow(state_dir, {}, options=options)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-3", "  ")
+    idle = await snapshot_when(sessions, "s-3", lambda s: s.state is not None)
+    assert idle.state is not None and idle.state.turn_count == 0 and idle.messages == ()
+
+    assert not await sessions.send_user_message("s-3", "")
+    assert not await sessions.send_user_message("s-3", " \n")
+    assert not await sessions.send_user_message("s-3", "plan", plan_mode=True)
+    assert await sessions.get_agent_snapshot("s-3") == idle
+    for turn in range(1, 5):
+        assert await sessions.send_user_message("s-3", f"message {turn}")
+        await snapshot_when(sessions, "s-3", turn_done(turn))
+
+    snapshot = await sessions.get_agent_snapshot("s-3")
+    assert [m.sequence for m in snapshot.messages] == list(range(1, 9))
+    keys = _stored_keys(store_path, "s-3")
+    window = [k for k in keys if k.startswith("AgentMessages/")]
+    chunks = [k for k in keys if k.startswith("AgentMessageChunks/")]
+    assert window == ["AgentMessages/000000000007", "AgentMessages/000000000008"]
+    assert chunks == [f"AgentMessageChunks/{n:012d}" for n in (1, 3, 5)]
+    assert "AgentMessageIndex" in keys
+    newest = await sessions.list_agent_messages("s-3", limit=3)
+    assert [m.sequence for m in newest.messages] == [6, 7, 8]
+    assert newest.next_before_sequence == 6 and newest.deleted_before_sequence is None
+    older = await sessions.list_agent_messages("s-3", before_sequence=6, limit=500)
+    assert [m.sequence for m in older.messages] == [1, 2, 3, 4, 5]
+    assert older.next_before_sequence is None
+    clamped = await sessions.list_agent_messages("s-3", limit=0)
+    assert [m.sequence for m in clamped.messages] == [8]
+    assert [m.text for m in snapshot.messages[:2]] == ["message 1", "no tools"]

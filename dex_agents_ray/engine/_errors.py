@@ -54,6 +54,27 @@ def service_error(cls: type[E], detail: str, operation: str, flow_id: str | None
     return cls(grpc.StatusCode[code], sub_status, detail, operation, flow_id)
 
 
+def worker_error(error: BaseException, detail: str, operation: str, flow_id: str) -> Exception:
+    """The SDK's ``WorkerInvocationError`` for a handler that raised ``error``."""
+    return runtime_errors.WorkerInvocationError(
+        grpc.StatusCode.INTERNAL,
+        ErrorSubStatus.WORKER_API_ERROR,
+        detail,
+        operation,
+        flow_id,
+        grpc.StatusCode.UNKNOWN,
+        type(error).__name__,
+        str(error),
+    )
+
+
+def _worker_fields(error: DexServiceError) -> tuple[str | None, str, str] | None:
+    if not isinstance(error, runtime_errors.WorkerInvocationError):
+        return None
+    code = error.worker_code.name if error.worker_code is not None else None
+    return (code, error.worker_error_type, error.worker_error_detail)
+
+
 async def envelope(call: Awaitable[T]) -> Envelope:
     """Run ``call`` and wrap its result or error for the trip back to a client."""
     try:
@@ -68,6 +89,7 @@ async def envelope(call: Awaitable[T]) -> Envelope:
                 error.detail,
                 error.operation,
                 error.flow_id,
+                _worker_fields(error),
             ),
         )
     except (
@@ -94,9 +116,18 @@ def unwrap(result: Envelope) -> Any:
     if kind == "ok":
         return payload
     if kind == "dex":
-        name, code, sub_status, detail, operation, flow_id = payload
+        name, code, sub_status, detail, operation, flow_id, worker = payload
         cls = getattr(runtime_errors, name, DexServiceError)
-        raise cls(grpc.StatusCode[code], ErrorSubStatus(sub_status), detail, operation, flow_id)
+        args = (grpc.StatusCode[code], ErrorSubStatus(sub_status), detail, operation, flow_id)
+        if worker is not None:
+            worker_code, worker_type, worker_detail = worker
+            raise runtime_errors.WorkerInvocationError(
+                *args,
+                grpc.StatusCode[worker_code] if worker_code else None,
+                worker_type,
+                worker_detail,
+            )
+        raise cls(*args)
     name, message = payload
     local = _LOCAL_ERRORS.get(name)
     if local is not None:

@@ -17,7 +17,7 @@ from dex.runtime_errors import (
 
 from dex_agents_ray.engine._decisions import cancel_matching, create_movements
 from dex_agents_ray.engine._driver import RunDriver
-from dex_agents_ray.engine._errors import service_error
+from dex_agents_ray.engine._errors import service_error, worker_error
 from dex_agents_ray.engine._invoke import MovementExtras, invoke_rpc
 from dex_agents_ray.engine._records import RunRecord, RunStatus
 from dex_agents_ray.engine._state import RunState, Tx
@@ -144,9 +144,13 @@ async def run_rpc(
             sorted({*rpc.load_channel_map_instances, *extra_channel_maps}),
         )
         timeout = rpc.options.timeout.total_seconds() if rpc.options.timeout else None
-        outcome = await asyncio.wait_for(
-            invoke_rpc(driver.definition.mapper, driver.definition.flow, request), timeout
-        )
+        try:
+            outcome = await asyncio.wait_for(
+                invoke_rpc(driver.definition.mapper, driver.definition.flow, request), timeout
+            )
+        except Exception as error:  # the handler failed: nothing of it is applied
+            detail = f"RPC {rpc_name} failed: {type(error).__name__}: {error}"
+            raise worker_error(error, detail, "InvokeRPC", driver.flow_id) from error
         transactional = rpc.options.is_transactional or bool(keys)
         return await _commit_rpc(
             driver, rpc_name, outcome.response, outcome.extras, request_id, transactional

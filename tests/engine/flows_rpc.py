@@ -160,6 +160,11 @@ class RpcFlow(Flow[Gate]):
         except AttributeMapNotLoadedError as error:
             return RPCResult(type(error).__name__)
 
+    @rpc
+    def explode(self, context: Context, amount: int) -> RPCResult[int]:
+        Counter.set(context, amount)
+        raise RuntimeError("the handler failed after a write")
+
     # -- moving Steps ------------------------------------------------------------------
 
     @rpc

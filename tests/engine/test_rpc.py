@@ -13,6 +13,7 @@ from dex import (
     FlowStatus,
     RPCInvokeOptions,
     RpcLockConflictError,
+    WorkerInvocationError,
 )
 
 from dex_agents_ray.testing import FileGate
@@ -140,3 +141,16 @@ async def test_a_retried_rpc_returns_its_first_result_and_applies_once(
     history = await client.read_step_history("retry")
     applied = [h.detail["request_id"] for h in history if h.event == "rpc_applied"]
     assert applied == ["r-1", "r-2"]
+
+
+async def test_a_failing_rpc_raises_worker_invocation_error_and_applies_nothing(
+    engine_factory: Any,
+) -> None:
+    engine, flow = await _parked(engine_factory, "explode")
+    client = engine.client
+    with pytest.raises(WorkerInvocationError) as raised:
+        await client.invoke_rpc(flow.explode, "explode", 5)
+    assert raised.value.worker_error_type == "RuntimeError"
+    assert raised.value.worker_error_detail == "the handler failed after a write"
+    assert raised.value.flow_id == "explode"
+    assert await client.invoke_rpc(flow.counter, "explode") == 0

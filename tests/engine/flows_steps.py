@@ -23,6 +23,7 @@ from dex import (
     StepOptions,
     StepOutput,
     Wait,
+    WaitForFailurePolicy,
     rpc,
 )
 
@@ -302,3 +303,46 @@ class CancelFlow(Flow[str]):
     def go(self, context: Context) -> RPCResult[str]:
         Go.publish(context, "go")
         return RPCResult("sent")
+
+
+# -- wait_for failures ----------------------------------------------------------------
+
+
+class RoutesWaitFor(Step[str]):
+    def execute(self, context: Context, input: str) -> StepDecision:
+        if input == "proceed":
+            return dex.go_to(ProceedsAfterWaitFor, input)
+        return dex.go_to(FailsInWaitFor, input)
+
+
+class ProceedsAfterWaitFor(Step[str]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            wait_for_retry=quick_retry(2), wait_for_failure=WaitForFailurePolicy.PROCEED
+        )
+
+    def wait_for(self, context: Context, input: str) -> Wait:
+        raise RuntimeError(f"wait_for attempt {context.attempt} failed")
+
+    def execute(self, context: Context, input: str) -> StepDecision:
+        return dex.force_complete(
+            {"wait_for_failed": context.wait_for_method_failed(), "attempt": context.attempt}
+        )
+
+
+class FailsInWaitFor(Step[str]):
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(wait_for_retry=quick_retry(1))
+
+    def wait_for(self, context: Context, input: str) -> Wait:
+        raise RuntimeError(f"wait_for attempt {context.attempt} failed")
+
+    def execute(self, context: Context, input: str) -> StepDecision:
+        return dex.force_complete({"wait_for_failed": context.wait_for_method_failed()})
+
+
+class WaitForFailureFlow(Flow[str]):
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(RoutesWaitFor()).other_steps(
+            ProceedsAfterWaitFor(), FailsInWaitFor()
+        )

@@ -130,6 +130,8 @@ async def test_with_attribute_initializes_state_before_the_first_step(
         "owner": "initial-owner",
         "tags": {"color": "blue", "size two": "L"},
     }
+    page = await engine.client.search_flows("owner = 'initial-owner'", 10)
+    assert [entry.flow_id for entry in page.flows] == ["init"]
 
 
 async def test_describe_flow_reports_the_run(engine_factory: Any) -> None:

@@ -22,6 +22,7 @@ from tests.engine.flows_steps import (
     RetryFlow,
     RetryInput,
     TimeoutFlow,
+    WaitForFailureFlow,
 )
 from tests.engine.polling import details, eventually, wait_for_event
 
@@ -184,6 +185,30 @@ async def test_a_canceled_step_sees_cancellation_requested(
         "started:False",
         "stopped:True",
     ]
+
+
+async def test_wait_for_failure_proceeds_to_execute_when_the_policy_says_so(
+    engine_factory: Any,
+) -> None:
+    flow = WaitForFailureFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(flow, "proceed", "proceed")
+    result = await engine.client.wait_for_flow("proceed", timeout=TIMEOUT)
+    assert result.single_output(dict[str, Any]) == {"wait_for_failed": True, "attempt": 1}
+    history = await engine.client.read_step_history("proceed")
+    failures = details(history, "ProceedsAfterWaitFor-1", "attempt_failed")
+    assert [(f["method"], f["attempt"]) for f in failures] == [("wait_for", 1), ("wait_for", 2)]
+
+
+async def test_wait_for_failure_fails_the_flow_by_default(engine_factory: Any) -> None:
+    flow = WaitForFailureFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(flow, "fail", "fail")
+    result = await engine.client.wait_for_flow("fail", timeout=TIMEOUT)
+    assert result.status is FlowStatus.FAILED
+    assert result.error_type is FlowErrorType.WORKER_API_FAILED
+    assert result.error_message is not None
+    assert "wait_for attempt 1 failed" in result.error_message
 
 
 async def _entries(log: InvocationLog) -> list[str]:

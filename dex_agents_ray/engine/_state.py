@@ -182,8 +182,11 @@ class RunState:
     def wait_for_request(self, e: ExecRecord, attempt: int) -> pb.InvokeWaitForMethodRequest:
         assert self.run is not None
         options = pb.StepOptions.FromString(e.options)
+        context = self.context(e, attempt)
+        # wait_for attempts count from the execution's creation, as its retry budget does.
+        context.first_attempt_timestamp = int(e.created_at)
         return pb.InvokeWaitForMethodRequest(
-            context=self.context(e, attempt),
+            context=context,
             flow_type=self.run.flow_type,
             step_type=e.step_type,
             step_input=pb.Value.FromString(e.input),

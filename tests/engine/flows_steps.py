@@ -322,7 +322,8 @@ class ProceedsAfterWaitFor(Step[str]):
         )
 
     def wait_for(self, context: Context, input: str) -> Wait:
-        raise RuntimeError(f"wait_for attempt {context.attempt} failed")
+        first = context.first_attempt_at.isoformat()
+        raise RuntimeError(f"wait_for attempt {context.attempt} failed (first attempt at {first})")
 
     def execute(self, context: Context, input: str) -> StepDecision:
         return dex.force_complete(

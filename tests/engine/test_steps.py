@@ -198,6 +198,8 @@ async def test_wait_for_failure_proceeds_to_execute_when_the_policy_says_so(
     history = await engine.client.read_step_history("proceed")
     failures = details(history, "ProceedsAfterWaitFor-1", "attempt_failed")
     assert [(f["method"], f["attempt"]) for f in failures] == [("wait_for", 1), ("wait_for", 2)]
+    # Both wait_for attempts report the same first attempt time.
+    assert len({f["error"].split("first attempt at ")[1] for f in failures}) == 1
 
 
 async def test_wait_for_failure_fails_the_flow_by_default(engine_factory: Any) -> None:

@@ -185,6 +185,9 @@ async def test_a_canceled_step_sees_cancellation_requested(
         "started:False",
         "stopped:True",
     ]
+    # The canceled execution's late result is dropped.
+    history = await engine.client.read_step_history("cancel")
+    assert details(history, "Busy-1", "step_completed") == []
 
 
 async def test_wait_for_failure_proceeds_to_execute_when_the_policy_says_so(

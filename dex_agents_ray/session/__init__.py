@@ -33,7 +33,10 @@ from dex_agents_ray.session._builtin_tools import (
     BuiltInToolDefinition,
     built_in_tool_definitions,
 )
-from dex_agents_ray.session._client import AgentSessionClient
+from dex_agents_ray.session._client import (
+    AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE,
+    AgentSessionClient,
+)
 from dex_agents_ray.session._flow import AgentSessionFlow
 from dex_agents_ray.session._policy import (
     MISSING_TOOL_TASK_POLLER,
@@ -136,6 +139,7 @@ from dex_agents_ray.session._values import (
 )
 
 __all__ = [
+    "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
     "AGENT_EVENTS_STREAM_NAME",
     "AGENT_MESSAGES",
     "AGENT_MESSAGE_CHUNKS",

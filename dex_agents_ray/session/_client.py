@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from dex import StartFlowOptions, StreamMessage
+from dex import FlowConfig, StartFlowOptions, StreamMessage
+from dex.flow_config import ActiveStepSearchMode
 from dex.runtime_errors import RpcLockConflictError
 
 from dex_agents_ray.media import AgentImageReference, validate_image_references
@@ -22,7 +24,14 @@ from dex_agents_ray.session._api import (
 from dex_agents_ray.session._flow import AgentSessionFlow
 from dex_agents_ray.session._values import AgentUserMessage
 
-__all__ = ["AgentSessionClient"]
+__all__ = ["AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE", "AgentSessionClient"]
+
+AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE = ActiveStepSearchMode.WITH_WAIT_FOR
+"""The active-Step search mode ``start_session`` sets, so a query on
+``ActiveStepTypes`` finds sessions waiting in ``AwaitToolApproval`` or
+``AwaitQuestionAnswer``. Pass it in ``config_override`` when starting a session
+with the engine client directly. (This engine indexes every run's active Steps
+whatever the mode.)"""
 
 T = TypeVar("T")
 
@@ -58,14 +67,17 @@ class AgentSessionClient:
         images: Sequence[AgentImageReference] = (),
         session_settings: Mapping[str, Any] | None = None,
         start_environment: Mapping[str, str] | None = None,
+        active_step_search_mode: ActiveStepSearchMode = AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE,
         options: StartFlowOptions | None = None,
     ) -> str:
         """Start session ``session_id`` (the Flow ID); returns the run ID.
 
-        A blank ``initial_message`` starts no turn. The engine indexes every
-        run's active Step types, so the session is found by
-        ``search_flows('ActiveStepTypes = "AwaitToolApproval"', ...)`` while it
-        waits for an approval (``AwaitQuestionAnswer`` for questions).
+        A blank ``initial_message`` starts no turn. The session is searchable
+        by the Steps it waits in (``active_step_search_mode``), so
+        ``search_flows('ActiveStepTypes = "AwaitToolApproval"', ...)`` finds it
+        while it waits for an approval (``AwaitQuestionAnswer`` for questions).
+        ``options`` are the engine's start options; their ``config_override``
+        wins over ``active_step_search_mode``.
 
         Raises:
             ImageValidationError: An image reference is invalid.
@@ -82,6 +94,10 @@ class AgentSessionClient:
             session_settings=dict(session_settings or {}),
             start_environment=dict(start_environment or {}),
         )
+        options = options or StartFlowOptions()
+        if options.config_override is None:
+            config = FlowConfig(active_step_search_mode=active_step_search_mode)
+            options = replace(options, config_override=config)
         run_id: str = await self.client.start_flow(self.flow, session_id, start, options)
         return run_id
 

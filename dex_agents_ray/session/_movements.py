@@ -71,11 +71,23 @@ def approval_movement(tool_call_id: str) -> StepMovement[Any]:
     return StepMovement.of(AwaitToolApproval, tool_call_id, options=options)
 
 
-def question_movement(tool_call_id: str) -> StepMovement[Any]:
-    """``AwaitQuestionAnswer`` of one call."""
+def question_movement(tool_call_id: str, raises: str | None = None) -> StepMovement[Any]:
+    """``AwaitQuestionAnswer`` of one call; ``raises`` is the interrupt ID of a tool's
+    question it raises first, whose record (if another call has that ID) it also loads."""
+    from dataclasses import replace
+
+    from dex_agents_ray.session._schema import AGENT_TOOL_CALLS
     from dex_agents_ray.session._steps_wait import AwaitQuestionAnswer
 
     options = record_options(tool_call_id, lock_interrupts=True)
+    if raises is not None:
+        options = replace(
+            options,
+            execute_load_attribute_map_instances=(
+                *options.execute_load_attribute_map_instances,
+                AGENT_TOOL_CALLS.load(raises),
+            ),
+        )
     return StepMovement.of(AwaitQuestionAnswer, tool_call_id, options=options)
 
 

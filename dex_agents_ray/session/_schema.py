@@ -191,6 +191,7 @@ class SessionConfig:
 
     def event_writer(self, context: Context, turn_id: str | None) -> AgentEventWriter:
         """An event writer bound to ``context`` for a runner call."""
+
         def write(event: AgentEvent) -> None:
             self.events.write(context, event)
 

@@ -72,6 +72,11 @@ MAX_POLL_INTERVAL_SECONDS = 86_400
 """Polls are at most a day apart."""
 
 
+def question_interrupt_id(record: AgentToolCall) -> str:
+    """``<tool_call_id>-input-<n>``: the interrupt ID of the tool's latest question."""
+    return f"{record.tool_call_id}-input-{record.input_request_count}"
+
+
 def idempotency_key(flow_id: str, record: AgentToolCall) -> str:
     """``<flow_id>/<turn_id>/<tool_call_id>``, the same on every attempt."""
     return f"{flow_id}/{record.turn_id}/{record.tool_call_id}"
@@ -124,7 +129,8 @@ def _ask(context: Context, record: AgentToolCall, request: ToolInputRequested) -
         task_answer_pending=False,
     )
     AGENT_TOOL_CALLS.set(context, record.tool_call_id, asking)
-    return dex.go_to_many(question_movement(record.tool_call_id))
+    raises = question_interrupt_id(asking)
+    return dex.go_to_many(question_movement(record.tool_call_id, raises))
 
 
 async def _run_tool(step: _ToolStep, context: AsyncContext, tool_call_id: str) -> StepDecision:

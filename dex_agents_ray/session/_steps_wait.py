@@ -16,6 +16,7 @@ from typing import Any
 
 import dex
 from dex import AsyncContext, Context, Step, StepDecision, StepOptions, Timer, Wait
+from dex.runtime_errors import AttributeMapNotLoadedError
 
 from dex_agents_ray.session._api import AgentEventType
 from dex_agents_ray.session._movements import (
@@ -40,6 +41,7 @@ from dex_agents_ray.session._schema import (
     TOOL_CALL_CANCELLATIONS,
     SessionConfig,
 )
+from dex_agents_ray.session._steps_tools import question_interrupt_id
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentInterruptResolution,
@@ -121,6 +123,14 @@ def _resolved_event(
         },
         turn_id=record.turn_id,
     )
+
+
+def _record_exists(context: Context, tool_call_id: str) -> bool:
+    """Whether the turn has a call with this ID (its instance is loaded when it matters)."""
+    try:
+        return AGENT_TOOL_CALLS.get(context, tool_call_id) is not None
+    except AttributeMapNotLoadedError:
+        return False
 
 
 def _first(values: Any) -> Any:
@@ -311,9 +321,12 @@ class AwaitQuestionAnswer(_WaitStep):
 
     def _raise(self, context: Context, record: AgentToolCall) -> StepDecision:
         """Raise a tool's question as ``<tool_call_id>-input-<n>`` (under the lock)."""
-        interrupt_id = f"{record.tool_call_id}-input-{record.input_request_count}"
+        interrupt_id = question_interrupt_id(record)
         pending = PENDING_INTERRUPTS.get(context) or []
-        if any(i.interrupt_id == interrupt_id or i.tool_call_id == interrupt_id for i in pending):
+        used = any(
+            i.interrupt_id == interrupt_id or i.tool_call_id == interrupt_id for i in pending
+        )
+        if used or _record_exists(context, interrupt_id):
             finish_record(
                 context,
                 self.config,

@@ -127,9 +127,17 @@ async def test_a_tool_asks_a_question_then_runs_with_the_answer(
 ) -> None:
     flow = build_flow(
         state_dir,
-        {"pick": [Reply(calls=[Call("t1", "picker")]), Reply()]},
+        {
+            "pick": [Reply(calls=[Call("t1", "picker")]), Reply()],
+            "clash": [Reply(calls=[Call("t1", "picker"), Call("t1-input-1", "lookup")]), Reply()],
+        },
         {"picker": "ask"},
-        options=AgentSessionOptions(tool_policies={"picker": ToolPolicy(ToolEffect.READ)}),
+        options=AgentSessionOptions(
+            tool_policies={
+                "picker": ToolPolicy(ToolEffect.READ),
+                "lookup": ToolPolicy(ToolEffect.READ),
+            }
+        ),
     )
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
@@ -145,6 +153,14 @@ async def test_a_tool_asks_a_question_then_runs_with_the_answer(
 
     assert done.messages[-1].text == "picker=account b (answered, q1)"
     assert len(InvocationLog(state_dir / "picker.log").entries()) == 2
+
+    # A question ID that another call of the turn already uses fails the asking call.
+    assert await sessions.send_user_message("s-3", "clash")
+    clash = await snapshot_when(sessions, "s-3", turn_done(2))
+    assert clash.messages[-1].text == (
+        "picker=The tool call failed: the tool's question ID t1-input-1 is already used "
+        "in this turn; lookup=echo {}"
+    )
 
 
 async def test_a_tool_task_is_polled_asks_and_finishes(

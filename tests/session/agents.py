@@ -35,8 +35,10 @@ from dex_agents_ray import (
     ToolTaskPollOutcome,
     ToolTaskStarted,
     TurnCompleted,
+    TurnContinued,
     describe_tool_call_outcome,
 )
+from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.testing import FileGate, InvocationLog
 
 
@@ -55,6 +57,8 @@ class Reply:
 
     calls: Sequence[Call] = ()
     raise_error: str | None = None
+    turn_error: str | None = None
+    continue_with: str | None = None
 
 
 def user_message(text: str) -> FrameworkMessage:
@@ -106,6 +110,12 @@ class ScriptedRunner:
         if reply.raise_error is not None:
             raise RuntimeError(reply.raise_error)
         usage = AgentUsage(input_tokens=10, output_tokens=2, model_calls=1)
+        if reply.continue_with is not None:
+            return TurnContinued(
+                framework_run_state=json.dumps(index + 1),
+                new_messages=[user_message(reply.continue_with)],
+                usage=usage,
+            )
         if reply.calls:
             calls = [
                 DeferredToolCall(
@@ -125,7 +135,7 @@ class ScriptedRunner:
         answer = FrameworkMessage(
             role=MessageRole.ASSISTANT, framework_item=json.dumps({"answer": text}), text=text
         )
-        return TurnCompleted(new_messages=[answer], usage=usage)
+        return TurnCompleted(new_messages=[answer], usage=usage, turn_error=reply.turn_error)
 
     async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> DeferredToolOutcome:
         record = call.tool_call
@@ -184,6 +194,32 @@ class TaskRunner(ScriptedRunner):
             return ToolTaskPending(poll_interval_seconds=0.2, continuation=kept)
         answer = next(a.answer for a in record.input_answers)
         return ToolExecutionResult(output=f"task {record.task_id} finished after {answer}")
+
+
+class ImageRunner(ScriptedRunner):
+    """A ``ScriptedRunner`` that takes user messages with images."""
+
+    def build_user_message_with_images(
+        self, text: str, images: Sequence[AgentImageReference]
+    ) -> FrameworkMessage:
+        item = {"user": text, "images": [image.sha256 for image in images]}
+        return FrameworkMessage(role=MessageRole.USER, framework_item=json.dumps(item), text=text)
+
+
+class ContinuingRunner(ScriptedRunner):
+    """A ``ScriptedRunner`` that stores unfinished turns (so it may continue turns)."""
+
+    def build_unfinished_turn_messages(self, turn: AgentTurnContext) -> list[FrameworkMessage]:
+        return [
+            FrameworkMessage(
+                role=MessageRole.TOOL,
+                framework_item=json.dumps({"result": record.tool_call_id}),
+                tool_call_id=record.tool_call_id,
+                tool_name=record.tool_name,
+                tool_output=describe_tool_call_outcome(record),
+            )
+            for record in turn.tool_calls.values()
+        ]
 
 
 def _task_done(state_dir: str) -> bool:

@@ -340,3 +340,32 @@ async def test_event_writer_delivers_from_threads_and_drops_after_close() -> Non
         ("text_delta", "a"),
         ("reasoning_delta", "b"),
     ]
+
+
+async def test_the_client_retries_lock_conflicts_then_gives_up() -> None:
+    from dex.runtime_errors import RpcLockConflictError
+
+    from dex_agents_ray.engine._errors import service_error
+    from dex_agents_ray.session import _client
+
+    calls: list[int] = []
+
+    async def conflicted_twice() -> bool:
+        calls.append(1)
+        if len(calls) < 3:
+            raise service_error(RpcLockConflictError, "held", "InvokeRPC", "s")
+        return True
+
+    assert await _client._retry_lock_conflicts(conflicted_twice) is True
+    assert len(calls) == 3
+
+    async def always() -> bool:
+        raise service_error(RpcLockConflictError, "held", "InvokeRPC", "s")
+
+    original = _client.LOCK_CONFLICT_RETRY_SECONDS
+    _client.LOCK_CONFLICT_RETRY_SECONDS = 0.1
+    try:
+        with pytest.raises(RpcLockConflictError):
+            await _client._retry_lock_conflicts(always)
+    finally:
+        _client.LOCK_CONFLICT_RETRY_SECONDS = original

@@ -15,8 +15,11 @@ from dex_agents_ray import (
     ToolEffect,
     ToolPolicy,
 )
+from dex_agents_ray.media import build_image_reference
+from dex_agents_ray.session._turns import NEW_MESSAGES_WITHOUT_BUILDER
 from dex_agents_ray.testing import InvocationLog
-from tests.session.agents import Call, Reply, build_flow
+from tests.media.media_images import png
+from tests.session.agents import Call, ContinuingRunner, ImageRunner, Reply, build_flow
 from tests.session.polling import read_events, snapshot_when, turn_done
 
 
@@ -59,6 +62,8 @@ async def test_a_failed_turn_after_tools_stores_the_note_and_the_next_turn_runs(
     script = {
         "look": [Reply(calls=[Call("c1", "lookup", {"id": 1})]), Reply(raise_error="model down")],
         "again": [Reply()],
+        "limit": [Reply(turn_error="limit reached")],
+        "continue": [Reply(continue_with="go on")],
     }
     options = AgentSessionOptions(tool_policies={"lookup": ToolPolicy(ToolEffect.READ)})
     flow = build_flow(state_dir, script, options=options)
@@ -89,6 +94,55 @@ async def test_a_failed_turn_after_tools_stores_the_note_and_the_next_turn_runs(
     assert await sessions.send_user_message("s-2", "again")
     later = await snapshot_when(sessions, "s-2", turn_done(2))
     assert later.state is not None and later.state.last_turn_error is None
+
+    # A runner-enforced limit ends the turn as failed, without a retry.
+    assert await sessions.send_user_message("s-2", "limit")
+    limited = await snapshot_when(sessions, "s-2", turn_done(3))
+    assert limited.state is not None and limited.state.last_turn_error == "limit reached"
+    assert limited.messages[-1].text == "no tools"
+    # TurnContinued stores messages, which needs build_unfinished_turn_messages.
+    assert await sessions.send_user_message("s-2", "continue")
+    continued = await snapshot_when(sessions, "s-2", turn_done(4))
+    assert continued.state is not None
+    assert continued.state.last_turn_error == NEW_MESSAGES_WITHOUT_BUILDER
+    assert continued.messages[-1].text == "go on"
+    assert InvocationLog(state_dir / "model.log").entries()[-1] == "turn-4/0/1"
+
+
+async def test_a_continued_turn_calls_the_model_again_and_images_need_a_builder(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    script = {"think": [Reply(continue_with="keep going"), Reply()]}
+    flow = build_flow(state_dir, script, runner_class=ContinuingRunner)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-4", "think")
+    done = await snapshot_when(sessions, "s-4", turn_done(1))
+
+    assert [(m.role.value, m.text) for m in done.messages] == [
+        ("user", "think"),
+        ("user", "keep going"),
+        ("assistant", "no tools"),
+    ]
+    assert {m.turn_id for m in done.messages} == {"turn-1"}
+    assert done.usage.model_calls == 2
+    image = build_image_reference(png(), "file:///tmp/session-images")
+    assert not await sessions.send_user_message("s-4", "look", images=[image])
+    assert await sessions.get_agent_snapshot("s-4") == done
+
+
+async def test_user_images_reach_an_image_runner_and_are_stored_as_references(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = build_flow(state_dir, {}, runner_class=ImageRunner)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    image = build_image_reference(png(), "file:///tmp/session-images")
+    await sessions.start_session("s-5", "see", images=[image])
+    done = await snapshot_when(sessions, "s-5", turn_done(1))
+
+    assert done.messages[0].images == (image,)
+    assert image.sha256 in done.messages[0].framework_item
 
 
 def _stored_keys(store_path: Path, flow_id: str) -> list[str]:

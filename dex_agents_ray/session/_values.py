@@ -56,6 +56,15 @@ STATE_SCHEMA_VERSION = 1
 """The version of the stored session format this release writes and reads."""
 
 
+def check_schema_version(owner: str, version: int) -> None:
+    """Refuse a stored value written by a newer release (older ones are read as they are)."""
+    if isinstance(version, int) and version > STATE_SCHEMA_VERSION:
+        raise ValueError(
+            f"{owner} was stored with schema version {version}; this release reads "
+            f"versions up to {STATE_SCHEMA_VERSION}. Upgrade dex-agents-ray."
+        )
+
+
 def utc_now() -> datetime:
     """The current time, timezone-aware, in UTC."""
     return datetime.now(UTC)
@@ -166,6 +175,7 @@ class AgentMessageChunk:
 
     def __post_init__(self) -> None:
         coerce_fields(self)
+        check_schema_version("AgentMessageChunk", self.schema_version)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +208,7 @@ class AgentMessageIndex:
 
     def __post_init__(self) -> None:
         coerce_fields(self)
+        check_schema_version("AgentMessageIndex", self.schema_version)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -525,6 +536,7 @@ class AgentState:
 
     def __post_init__(self) -> None:
         coerce_fields(self)
+        check_schema_version("AgentState", self.schema_version)
 
 
 @dataclass(frozen=True, kw_only=True)

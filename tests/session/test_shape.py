@@ -369,3 +369,13 @@ async def test_the_client_retries_lock_conflicts_then_gives_up() -> None:
             await _client._retry_lock_conflicts(always)
     finally:
         _client.LOCK_CONFLICT_RETRY_SECONDS = original
+
+
+def test_a_state_from_a_newer_release_is_refused_clearly() -> None:
+    codec = CodecRegistry().resolve(AgentState)
+    encoded = codec.encode(AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE))
+    newer = type(encoded)(
+        encoded.kind, encoded.data.replace('"schema_version":1', '"schema_version":9')
+    )
+    with pytest.raises(ValueError, match="schema version 9"):
+        codec.decode(newer)

@@ -96,7 +96,7 @@ async def test_read_runs_at_once_and_a_write_waits_for_approval(
 async def test_rejection_and_bad_interrupt_input_change_nothing(
     engine_factory: Any, state_dir: Path
 ) -> None:
-    script = {"refund": [Reply(calls=[Call("c1", "refund")]), Reply()]}
+    script = {"refund": [Reply(calls=[Call("c1", "refund")]), Reply()], "later": [Reply()]}
     flow = build_flow(state_dir, script, options=AgentSessionOptions(tool_policies=POLICIES))
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
@@ -107,13 +107,24 @@ async def test_rejection_and_bad_interrupt_input_change_nothing(
     assert not await sessions.answer_question("s-2", "c1", "yes")  # not a question
     assert await sessions.get_agent_snapshot("s-2") == before
 
+    # A message sent during the turn queues for the next one.
+    assert await sessions.send_user_message("s-2", "later")
+    queued = await sessions.get_agent_snapshot("s-2")
+    assert queued.queued_message_count == 1 and queued.queued_messages[0].text == "later"
+    assert queued.queued_messages[0].message_id
     assert await sessions.resolve_interrupt(
         "s-2", "c1", approved=False, rejection_message="not today"
     )
     assert not await sessions.resolve_interrupt("s-2", "c1", approved=True)  # second answer
-    done = await snapshot_when(sessions, "s-2", turn_done(1))
+    done = await snapshot_when(sessions, "s-2", turn_done(2))
 
-    assert done.messages[-1].text == ("refund=The user rejected this tool call. Reason: not today")
+    assert [m.text for m in done.messages] == [
+        "refund",
+        "refund=The user rejected this tool call. Reason: not today",
+        "later",
+        "no tools",
+    ]
+    assert done.queued_message_count == 0
     assert InvocationLog(state_dir / "refund.log").entries() == []
 
 

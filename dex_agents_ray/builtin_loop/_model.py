@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from dex_agents_ray.media import AgentImageReference
+from dex_agents_ray.session._metadata import ModelCallMetadata as ModelCallMetadata
 
 JsonValue: TypeAlias = (
     str | int | float | bool | None | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
@@ -330,30 +331,6 @@ class ModelUsage:
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelCallMetadata:
-    """What a model call reports about itself, for the ``chat`` span.
-
-    The session never stores it. Each field is ``None`` when the client does
-    not know it.
-    """
-
-    request_model: str | None = None
-    """The model the call asked for."""
-    response_model: str | None = None
-    """The model the provider says answered."""
-    provider_name: str | None = None
-    """The provider, as ``gen_ai.provider.name`` spells it where it has a name."""
-    response_id: str | None = None
-    """The provider's ID of the response."""
-    finish_reasons: Sequence[str] | None = None
-    """Why the response ended, such as ``("stop",)`` or ``("tool_calls",)``."""
-
-    def __post_init__(self) -> None:
-        if self.finish_reasons is not None:
-            _as_tuple(self, "ModelCallMetadata.finish_reasons", self.finish_reasons, str)
 
 
 @dataclass(frozen=True, kw_only=True)

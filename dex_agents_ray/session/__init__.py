@@ -38,6 +38,7 @@ from dex_agents_ray.session._client import (
     AgentSessionClient,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session._metadata import ModelCallMetadata
 from dex_agents_ray.session._policy import (
     MISSING_TOOL_TASK_POLLER,
     TOOL_CALL_NOT_RUN_ERROR_PREFIX,
@@ -210,6 +211,7 @@ __all__ = [
     "InterruptKind",
     "ListAgentMessagesRequest",
     "MessageRole",
+    "ModelCallMetadata",
     "PlanExecutionRequest",
     "PlanStatus",
     "PlanTodo",

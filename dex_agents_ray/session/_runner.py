@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_che
 
 from dex import RetryPolicy
 
-from dex_agents_ray.builtin_loop._model import ModelCallMetadata
 from dex_agents_ray.engine import RayTaskOptions
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._api import AgentEvent, AgentEventType
+from dex_agents_ray.session._metadata import ModelCallMetadata
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
 from dex_agents_ray.session._values import (
     AgentMessage,

@@ -14,16 +14,24 @@ def main(argv: list[str] | None = None) -> int:
         prog="dex-agents-ray", description="Durable AI-agent sessions on Ray."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
-        "demo", help="run the engine demo on the embedded default (local Ray, SQLite)"
-    )
-    demo.add_argument(
-        "--store",
-        default=None,
-        help="SQLite file of the run (default: ./.dex-agents-ray/engine.db)",
-    )
+    demos = {
+        "demo": "a support-agent session: a read tool, an approved write, a host crash "
+        "mid-write (scripted model unless OPENAI_API_KEY is set)",
+        "engine-demo": "the engine alone: a fan-out to Ray tasks, a durable timer, a host crash",
+    }
+    for name, help_text in demos.items():
+        demo = sub.add_parser(name, help=help_text)
+        demo.add_argument(
+            "--store",
+            default=None,
+            help="SQLite file of the runs (default: ./.dex-agents-ray/engine.db)",
+        )
     args = parser.parse_args(argv)
     if args.command == "demo":
+        from dex_agents_ray.cli._session_demo import run_session_demo
+
+        return run_session_demo(store=args.store)
+    if args.command == "engine-demo":
         from dex_agents_ray.cli._demo import run_demo
 
         return run_demo(store=args.store)

@@ -122,7 +122,9 @@ class OrderPipeline(Flow[Order]):
 async def _demo(store: str | None) -> int:
     flow = OrderPipeline()
     print("starting the engine (local Ray, SQLite store) ...", flush=True)
-    engine = await FlowEngine.start([flow], store=store)
+    engine = await FlowEngine.start(
+        [flow], store=store, namespace=f"dex-demo-{uuid.uuid4().hex[:8]}"
+    )
     try:
         flow_id = f"order-{uuid.uuid4().hex[:8]}"
         await engine.client.start_flow(flow, flow_id, Order("lamp", 4200))
@@ -146,7 +148,7 @@ async def _demo(store: str | None) -> int:
         print(f"  host crashes recovered from: {len(crashes)}")
         return 0 if result.status is dex.FlowStatus.COMPLETED else 1
     finally:
-        await engine.shutdown()
+        await engine.shutdown(stop_hosts=True)
 
 
 def _line(entry: Any, started: float) -> str:

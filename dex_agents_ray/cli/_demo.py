@@ -128,7 +128,7 @@ async def _demo(store: str | None) -> int:
     try:
         flow_id = f"order-{uuid.uuid4().hex[:8]}"
         await engine.client.start_flow(flow, flow_id, Order("lamp", 4200))
-        print(f"started run {flow_id}; store {engine.store_config.path}\n", flush=True)
+        print(f"started run {flow_id}; store {engine.store_config.location}\n", flush=True)
         printed = 0
         started = time.monotonic()
         while True:

@@ -16,7 +16,13 @@ from dex_agents_ray.engine._options import (
     RemoteStepOptions,
     StepAttemptProgress,
 )
-from dex_agents_ray.engine._store import FlowStore, SqliteStoreConfig, StaleEpochError, StoreConfig
+from dex_agents_ray.engine._store import (
+    FlowStore,
+    PostgresStoreConfig,
+    SqliteStoreConfig,
+    StaleEpochError,
+    StoreConfig,
+)
 from dex_agents_ray.engine._sync import SyncEngineClient
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "FlowEngine",
     "FlowStore",
     "HostCallError",
+    "PostgresStoreConfig",
     "RayTaskOptions",
     "RemoteStepOptions",
     "SqliteStoreConfig",

@@ -14,7 +14,14 @@ from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._client import EngineClient
 from dex_agents_ray.engine._host import FlowHost, host_name
-from dex_agents_ray.engine._store import FlowStore, SqliteStoreConfig, StoreConfig, open_store
+from dex_agents_ray.engine._store import (
+    POSTGRES_URI_SCHEMES,
+    FlowStore,
+    PostgresStoreConfig,
+    SqliteStoreConfig,
+    StoreConfig,
+    open_store,
+)
 from dex_agents_ray.engine._sync import SyncEngineClient
 
 logger = logging.getLogger("dex_agents_ray.engine")
@@ -50,14 +57,19 @@ def _resolve_annotations(flow: Flow[Any]) -> None:
 
 
 def _store_config(store: str | Path | StoreConfig | None) -> StoreConfig:
-    if isinstance(store, SqliteStoreConfig):
+    if isinstance(store, SqliteStoreConfig | PostgresStoreConfig):
         return store
+    if isinstance(store, str) and store.startswith(POSTGRES_URI_SCHEMES):
+        return PostgresStoreConfig(dsn=store)
     if store is None:
         path = Path.cwd() / DEFAULT_STORE_DIR / "engine.db"
     elif isinstance(store, (str, Path)):
         path = Path(store).expanduser().resolve()
     else:
-        raise TypeError(f"store must be a path or a store config, got {type(store).__name__}")
+        raise TypeError(
+            "store must be a path, a postgresql:// URI or a store config, "
+            f"got {type(store).__name__}"
+        )
     return SqliteStoreConfig(path=str(path))
 
 
@@ -110,8 +122,8 @@ class FlowEngine:
         Args:
             flows: The Flow definitions to register; each is stored by value, so
                 any process can re-activate its runs later.
-            store: A SQLite file path or a store config; default
-                ``./.dex-agents-ray/engine.db``.
+            store: A SQLite file path, a ``postgresql://`` URI (the ``postgres``
+                extra) or a store config; default ``./.dex-agents-ray/engine.db``.
             namespace: The Ray namespace of the engine's actors; default
                 ``"dex-agents-ray"``. Two drivers with the same store and namespace
                 share runs.

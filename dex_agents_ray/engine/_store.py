@@ -7,7 +7,8 @@ PostgreSQL store implements the same methods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +21,14 @@ from dex_agents_ray.engine._records import (
     StreamRecord,
 )
 
-__all__ = ["FlowStore", "SqliteStoreConfig", "StaleEpochError", "StoreConfig", "open_store"]
+__all__ = [
+    "FlowStore",
+    "PostgresStoreConfig",
+    "SqliteStoreConfig",
+    "StaleEpochError",
+    "StoreConfig",
+    "open_store",
+]
 
 
 class StaleEpochError(RuntimeError):
@@ -109,12 +117,91 @@ class SqliteStoreConfig:
                 f"SqliteStoreConfig.durability must be 'full' or 'process', got {self.durability!r}"
             )
 
+    @property
+    def location(self) -> str:
+        """Where the store lives, safe to print: the database file."""
+        return self.path
 
-StoreConfig = SqliteStoreConfig
+
+POSTGRES_URI_SCHEMES = ("postgresql://", "postgres://")
+"""URI prefixes ``FlowEngine.start(store=...)`` reads as a PostgreSQL DSN."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostgresStoreConfig:
+    """A PostgreSQL store (the ``postgres`` extra), for clusters where a run may
+    restart on any node. Plain data: hosts open the store themselves.
+
+    The DSN's password never appears in ``repr``, ``str`` or :attr:`location`.
+    """
+
+    dsn: str = field(repr=False)
+    """A libpq connection string: a ``postgresql://`` URI or ``key=value`` pairs."""
+    pool_size: int = 4
+    """The most connections one store object (one engine or host process) holds."""
+    durability: str = "full"
+    """``full``: each commit waits for the server's WAL flush. ``process``:
+    ``synchronous_commit=off``: survives crashes of engine processes, while a
+    crash of the database server may lose its last fraction of a second of commits."""
+
+    def __post_init__(self) -> None:
+        if not self.dsn.strip():
+            raise ValueError("PostgresStoreConfig.dsn must not be empty")
+        if "://" in self.dsn and not self.dsn.startswith(POSTGRES_URI_SCHEMES):
+            raise ValueError(
+                "PostgresStoreConfig.dsn must be a postgresql:// URI or key=value pairs, "
+                f"got {redact_dsn(self.dsn)!r}"
+            )
+        if self.pool_size < 1:
+            raise ValueError(
+                f"PostgresStoreConfig.pool_size must be at least 1, got {self.pool_size}"
+            )
+        if self.durability not in ("full", "process"):
+            raise ValueError(
+                "PostgresStoreConfig.durability must be 'full' or 'process', "
+                f"got {self.durability!r}"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresStoreConfig(dsn={self.location!r}, pool_size={self.pool_size}, "
+            f"durability={self.durability!r})"
+        )
+
+    @property
+    def location(self) -> str:
+        """Where the store lives, safe to print: the DSN without its password."""
+        return redact_dsn(self.dsn)
+
+
+# Greedy to the last "@" before the path: a stray "@" in a password hides more, not less.
+_URI_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#]*):[^/]*@")
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&#]*", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(
+    r"(?P<head>(?:^|\s)password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE
+)
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with any password replaced by ``***`` (URI, query and key=value forms)."""
+    if "://" in dsn:
+        dsn = _URI_PASSWORD.sub(r"\g<head>:***@", dsn)
+        return _QUERY_PASSWORD.sub(r"\g<head>***", dsn)
+    return _KEYWORD_PASSWORD.sub(r"\g<head>***", dsn)
+
+
+StoreConfig = SqliteStoreConfig | PostgresStoreConfig
+"""Any store config :func:`open_store` accepts."""
 
 
 def open_store(config: StoreConfig) -> FlowStore:
     """Build (not yet open) the store ``config`` describes."""
-    from dex_agents_ray.engine._sqlite import SqliteFlowStore
+    if isinstance(config, PostgresStoreConfig):
+        from dex_agents_ray.engine._postgres import PostgresFlowStore
 
-    return SqliteFlowStore(config)
+        return PostgresFlowStore(config)
+    if isinstance(config, SqliteStoreConfig):
+        from dex_agents_ray.engine._sqlite import SqliteFlowStore
+
+        return SqliteFlowStore(config)
+    raise TypeError(f"not a store config: {type(config).__name__}")

@@ -1,0 +1,572 @@
+"""The PostgreSQL ``FlowStore`` (the ``postgres`` extra: psycopg 3, async, pooled).
+
+Same records and semantics as the SQLite store; the differences are how
+writers are serialized. SQLite has one writer at a time; here every commit
+locks its run's epoch row (``SELECT ... FOR UPDATE``) inside its transaction,
+so commits of one run, and its activations, run one after another while other
+runs commit in parallel. Stream appends take their offset from a per-stream
+head row, locked the same way.
+
+Every statement of one store object runs on the store's own event loop, in a
+dedicated thread, over a small connection pool. Callers on any loop or thread
+(a host's loop, ``SyncEngineClient``'s private loop) await it, and a busy
+caller loop never delays a commit already sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dex_agents_ray.engine._records import (
+    SCHEMA_VERSION,
+    ChannelMessageRecord,
+    Commit,
+    CompletionRecord,
+    ExecRecord,
+    ExecStatus,
+    HistoryRecord,
+    LoadedRun,
+    RunRecord,
+    RunStatus,
+    StreamRecord,
+)
+
+# The per-run table list and the run-row decoding are shared with the SQLite
+# store, so both agree on what a replaced run drops and how a run row reads.
+from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row
+from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import TupleRow
+    from psycopg_pool import AsyncConnectionPool
+
+    Connection = AsyncConnection[TupleRow]
+
+T = TypeVar("T")
+
+_INSTALL_HINT = 'pip install "dex-agents-ray[postgres]"'
+
+# Serializes schema creation across processes (hosts open stores at once, and
+# concurrent CREATE TABLE IF NOT EXISTS of one table can fail in PostgreSQL).
+_SCHEMA_LOCK_KEY = 0x646578_5354_4F52  # "dex" "STOR"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS flow_definitions (
+    flow_type TEXT NOT NULL, flow_hash TEXT NOT NULL, blob BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (flow_type, flow_hash));
+CREATE TABLE IF NOT EXISTS epochs (flow_id TEXT PRIMARY KEY, epoch BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    flow_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, flow_type TEXT NOT NULL,
+    flow_hash TEXT NOT NULL, status TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL,
+    closed_at DOUBLE PRECISION, error_type TEXT NOT NULL, error_message TEXT NOT NULL,
+    active_step_types TEXT NOT NULL, search_attributes TEXT NOT NULL, extra TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS attributes (
+    flow_id TEXT NOT NULL, key TEXT NOT NULL, value BYTEA NOT NULL,
+    PRIMARY KEY (flow_id, key));
+CREATE TABLE IF NOT EXISTS messages (
+    flow_id TEXT NOT NULL, channel TEXT NOT NULL, seq BIGINT NOT NULL,
+    message_id TEXT NOT NULL, value BYTEA NOT NULL, PRIMARY KEY (flow_id, seq));
+CREATE INDEX IF NOT EXISTS messages_by_id ON messages (flow_id, channel, message_id);
+CREATE SEQUENCE IF NOT EXISTS executions_written;
+CREATE TABLE IF NOT EXISTS executions (
+    flow_id TEXT NOT NULL, exec_id TEXT NOT NULL, status TEXT NOT NULL,
+    wake_at DOUBLE PRECISION, doc TEXT NOT NULL, written BIGINT NOT NULL,
+    PRIMARY KEY (flow_id, exec_id));
+CREATE INDEX IF NOT EXISTS executions_active ON executions (status, wake_at);
+CREATE TABLE IF NOT EXISTS completions (
+    flow_id TEXT NOT NULL, seq BIGINT NOT NULL, step_type TEXT NOT NULL,
+    exec_id TEXT NOT NULL, output BYTEA NOT NULL, PRIMARY KEY (flow_id, seq));
+CREATE TABLE IF NOT EXISTS history (
+    flow_id TEXT NOT NULL, seq BIGINT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    exec_id TEXT NOT NULL, event TEXT NOT NULL, detail TEXT NOT NULL,
+    PRIMARY KEY (flow_id, seq));
+CREATE TABLE IF NOT EXISTS rpc_requests (
+    flow_id TEXT NOT NULL, request_id TEXT NOT NULL, response BYTEA NOT NULL,
+    PRIMARY KEY (flow_id, request_id));
+CREATE TABLE IF NOT EXISTS stream_heads (
+    flow_id TEXT NOT NULL, stream TEXT NOT NULL, last_offset BIGINT NOT NULL,
+    PRIMARY KEY (flow_id, stream));
+CREATE TABLE IF NOT EXISTS streams (
+    flow_id TEXT NOT NULL, stream TEXT NOT NULL, "offset" BIGINT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, source TEXT NOT NULL, value BYTEA NOT NULL,
+    PRIMARY KEY (flow_id, stream, "offset"));
+"""
+
+_RUN_COLUMNS = (
+    "flow_id, run_id, flow_type, flow_hash, status, started_at, closed_at, error_type, "
+    "error_message, active_step_types, search_attributes, extra"
+)
+_UPSERT_RUN = (
+    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+    "ON CONFLICT (flow_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _RUN_COLUMNS.split(", ")[1:])
+)
+# Executions load in the order they were last written (as SQLite's INSERT OR
+# REPLACE orders rowids), whatever process wrote them.
+_UPSERT_EXECUTION = (
+    "INSERT INTO executions (flow_id, exec_id, status, wake_at, doc, written) "
+    "VALUES (%s,%s,%s,%s,%s, nextval('executions_written')) "
+    "ON CONFLICT (flow_id, exec_id) DO UPDATE SET status = EXCLUDED.status, "
+    "wake_at = EXCLUDED.wake_at, doc = EXCLUDED.doc, written = EXCLUDED.written"
+)
+# Sequence numbers come from the rows already there: the epoch row lock makes
+# the commits of one run serial, and each statement sees the ones before it.
+_APPEND_COMPLETION = (
+    "INSERT INTO completions (flow_id, seq, step_type, exec_id, output) "
+    "SELECT %(f)s, COALESCE(MAX(seq), 0) + 1, %(t)s, %(e)s, %(o)s "
+    "FROM completions WHERE flow_id = %(f)s"
+)
+_APPEND_HISTORY = (
+    "INSERT INTO history (flow_id, seq, at, exec_id, event, detail) "
+    "SELECT %(f)s, COALESCE(MAX(seq), 0) + 1, %(a)s, %(e)s, %(v)s, %(d)s "
+    "FROM history WHERE flow_id = %(f)s"
+)
+_APPEND_STREAM = (
+    "WITH head AS ("
+    "INSERT INTO stream_heads (flow_id, stream, last_offset) VALUES (%(f)s, %(s)s, 1) "
+    "ON CONFLICT (flow_id, stream) DO UPDATE SET last_offset = stream_heads.last_offset + 1 "
+    "RETURNING last_offset) "
+    'INSERT INTO streams (flow_id, stream, "offset", created_at, source, value) '
+    "SELECT %(f)s, %(s)s, last_offset, %(t)s, %(src)s, %(v)s FROM head "
+    'RETURNING "offset"'
+)
+# Keep the newest message always, and older ones while the bytes kept, counted
+# from the newest, stay within the capacity (the SQLite store's rule).
+_TRIM_STREAM = (
+    'DELETE FROM streams WHERE flow_id = %(f)s AND stream = %(s)s AND "offset" < ('
+    'SELECT COALESCE(MIN("offset") FILTER (WHERE kept <= %(cap)s), MAX("offset")) FROM ('
+    'SELECT "offset", SUM(octet_length(value)) OVER (ORDER BY "offset" DESC) AS kept '
+    "FROM streams WHERE flow_id = %(f)s AND stream = %(s)s) AS sized)"
+)
+_ACTIVE_STATUSES = (ExecStatus.WAIT_FOR.value, ExecStatus.WAITING.value, ExecStatus.READY.value)
+
+
+def _import_driver() -> None:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"the PostgreSQL store needs psycopg 3 and psycopg-pool: {_INSTALL_HINT}"
+        ) from error
+
+
+class _LoopThread:
+    """An event loop of the store's own, running in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class PostgresFlowStore:
+    """``FlowStore`` on a PostgreSQL database; see the module docstring.
+
+    ``open`` connects once (a bad DSN, password or server fails there, with
+    the driver's error), creates or checks the schema, then opens the pool.
+    """
+
+    def __init__(self, config: PostgresStoreConfig) -> None:
+        _import_driver()
+        self._config = config
+        self._runner: _LoopThread | None = None
+        self._pool: AsyncConnectionPool[Connection] | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresFlowStore({self._config.location!r})"
+
+    async def open(self) -> None:
+        if self._runner is not None:
+            return
+        runner = _LoopThread("dex-postgres")
+        try:
+            await runner.run(self._open())
+        except BaseException:
+            runner.stop()
+            raise
+        self._runner = runner
+
+    async def _open(self) -> None:
+        from psycopg import AsyncConnection
+        from psycopg_pool import AsyncConnectionPool
+
+        conn = await AsyncConnection.connect(self._config.dsn, autocommit=True)
+        try:
+            await self._ensure_schema(conn)
+        finally:
+            await conn.close()
+        pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            self._config.dsn,
+            min_size=1,
+            max_size=self._config.pool_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            # A connection the server dropped while idle (a restart, a failover)
+            # is replaced at checkout instead of failing the next commit.
+            check=AsyncConnectionPool.check_connection,
+            name="dex-postgres",
+            open=False,
+        )
+        await pool.open()
+        self._pool = pool
+
+    async def _configure(self, conn: Connection) -> None:
+        if self._config.durability == "process":
+            await conn.execute("SET synchronous_commit = off")
+
+    async def _ensure_schema(self, conn: Connection) -> None:
+        version = await self._schema_version(conn)
+        if version is None:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                await conn.execute("SET LOCAL client_min_messages = warning")
+                await conn.execute(_SCHEMA)
+                await conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
+                    "ON CONFLICT (key) DO NOTHING",
+                    (str(SCHEMA_VERSION),),
+                )
+            version = await self._schema_version(conn)
+        if version is not None and version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"store {self._config.location} has schema version {version}; this release "
+                f"reads versions up to {SCHEMA_VERSION}"
+            )
+
+    @staticmethod
+    async def _schema_version(conn: Connection) -> int | None:
+        cur = await conn.execute("SELECT to_regclass('meta') IS NOT NULL")
+        row = await cur.fetchone()
+        if row is None or not row[0]:
+            return None
+        cur = await conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+        row = await cur.fetchone()
+        return None if row is None else int(row[0])
+
+    async def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        try:
+            await runner.run(self._close())
+        finally:
+            runner.stop()
+
+    async def _close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def _run(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        runner = self._runner
+        if runner is None or self._pool is None:
+            raise RuntimeError("the store is not open")
+        return await runner.run(fn(self._pool, *args))
+
+    # -- flow definitions -------------------------------------------------------------
+
+    async def put_flow_definition(self, flow_type: str, flow_hash: str, blob: bytes) -> None:
+        await self._run(self._put_flow_definition, flow_type, flow_hash, blob)
+
+    @staticmethod
+    async def _put_flow_definition(
+        pool: AsyncConnectionPool[Connection], flow_type: str, flow_hash: str, blob: bytes
+    ) -> None:
+        async with pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO flow_definitions (flow_type, flow_hash, blob, created_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (flow_type, flow_hash, blob, time.time()),
+            )
+
+    async def get_flow_definition(self, flow_type: str, flow_hash: str) -> bytes | None:
+        row = await self._run(
+            _fetch_one,
+            "SELECT blob FROM flow_definitions WHERE flow_type = %s AND flow_hash = %s",
+            (flow_type, flow_hash),
+        )
+        return None if row is None else bytes(row[0])
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def activate(self, flow_id: str) -> tuple[int, LoadedRun | None]:
+        return await self._run(self._activate, flow_id)
+
+    @staticmethod
+    async def _activate(
+        pool: AsyncConnectionPool[Connection], flow_id: str
+    ) -> tuple[int, LoadedRun | None]:
+        # One round trip: the epoch bump waits for any commit of the run in
+        # progress (it holds the row lock), and the reads after it see that commit.
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            bumped = await conn.execute(
+                "INSERT INTO epochs (flow_id, epoch) VALUES (%s, 1) ON CONFLICT (flow_id) "
+                "DO UPDATE SET epoch = epochs.epoch + 1 RETURNING epoch",
+                (flow_id,),
+            )
+            run = await conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE flow_id = %s", (flow_id,)
+            )
+            attributes = await conn.execute(
+                "SELECT key, value FROM attributes WHERE flow_id = %s", (flow_id,)
+            )
+            messages = await conn.execute(
+                "SELECT channel, seq, message_id, value FROM messages "
+                "WHERE flow_id = %s ORDER BY seq",
+                (flow_id,),
+            )
+            executions = await conn.execute(
+                "SELECT doc FROM executions WHERE flow_id = %s ORDER BY written", (flow_id,)
+            )
+            completions = await conn.execute(_COMPLETIONS, (flow_id,))
+            epoch = _returned(await bumped.fetchone())
+            run_row = await run.fetchone()
+            loaded = None
+            if run_row is not None:
+                loaded = LoadedRun(
+                    run=_run_from_row(run_row, epoch),
+                    attributes={k: bytes(v) for k, v in await attributes.fetchall()},
+                    messages=[
+                        ChannelMessageRecord(channel=c, seq=s, message_id=m, value=bytes(v))
+                        for c, s, m, v in await messages.fetchall()
+                    ],
+                    executions=[ExecRecord.from_json(d) for (d,) in await executions.fetchall()],
+                    completions=_completions_from(await completions.fetchall()),
+                )
+        return epoch, loaded
+
+    async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
+        await self._run(self._commit, commit, replace_run)
+
+    @staticmethod
+    async def _commit(
+        pool: AsyncConnectionPool[Connection], commit: Commit, replace_run: bool
+    ) -> None:
+        # Two round trips: BEGIN with the epoch check, then every write and COMMIT.
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            cur = await conn.execute(
+                "SELECT epoch FROM epochs WHERE flow_id = %s FOR UPDATE", (commit.flow_id,)
+            )
+            row = await cur.fetchone()
+            current = None if row is None else int(row[0])
+            if current != commit.epoch:
+                raise StaleEpochError(commit.flow_id, commit.epoch, current)
+            if replace_run:
+                for table in _PER_RUN_TABLES:
+                    await conn.execute(f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,))
+            await _apply(conn, commit)
+
+    async def get_run(self, flow_id: str) -> RunRecord | None:
+        row = await self._run(
+            _fetch_one,
+            f"SELECT {_RUN_COLUMNS}, COALESCE((SELECT epoch FROM epochs e "
+            "WHERE e.flow_id = runs.flow_id), 0) FROM runs WHERE flow_id = %s",
+            (flow_id,),
+        )
+        return None if row is None else _run_from_row(row[:-1], int(row[-1]))
+
+    async def list_runs(self) -> list[RunRecord]:
+        rows = await self._run(
+            _fetch_all, f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at, flow_id", ()
+        )
+        return [_run_from_row(row, 0) for row in rows]
+
+    async def completions(self, flow_id: str) -> list[CompletionRecord]:
+        return _completions_from(await self._run(_fetch_all, _COMPLETIONS, (flow_id,)))
+
+    async def history(self, flow_id: str) -> list[HistoryRecord]:
+        rows = await self._run(
+            _fetch_all,
+            "SELECT at, exec_id, event, detail FROM history WHERE flow_id = %s ORDER BY seq",
+            (flow_id,),
+        )
+        return [
+            HistoryRecord(at=at, exec_id=e, event=ev, detail=json.loads(d)) for at, e, ev, d in rows
+        ]
+
+    async def rpc_response(self, flow_id: str, request_id: str) -> bytes | None:
+        row = await self._run(
+            _fetch_one,
+            "SELECT response FROM rpc_requests WHERE flow_id = %s AND request_id = %s",
+            (flow_id, request_id),
+        )
+        return None if row is None else bytes(row[0])
+
+    async def runs_with_work(self) -> list[str]:
+        rows = await self._run(
+            _fetch_all,
+            "SELECT DISTINCT e.flow_id FROM executions e JOIN runs r ON r.flow_id = e.flow_id "
+            "WHERE r.status = %s AND e.status = ANY(%s) ORDER BY e.flow_id",
+            (RunStatus.RUNNING.value, list(_ACTIVE_STATUSES)),
+        )
+        return [row[0] for row in rows]
+
+    # -- streams ----------------------------------------------------------------------
+
+    async def append_stream(
+        self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
+    ) -> int:
+        return await self._run(self._append_stream, flow_id, stream, source, value, capacity_bytes)
+
+    @staticmethod
+    async def _append_stream(
+        pool: AsyncConnectionPool[Connection],
+        flow_id: str,
+        stream: str,
+        source: str,
+        value: bytes,
+        capacity_bytes: int,
+    ) -> int:
+        params = {"f": flow_id, "s": stream, "t": time.time(), "src": source, "v": value}
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            cur = await conn.execute(_APPEND_STREAM, params)
+            if capacity_bytes > 0:
+                await conn.execute(_TRIM_STREAM, {"f": flow_id, "s": stream, "cap": capacity_bytes})
+            row = await cur.fetchone()
+        return _returned(row)
+
+    async def read_stream(
+        self, flow_id: str, stream: str, after_offset: int, limit: int
+    ) -> list[StreamRecord]:
+        rows = await self._run(
+            _fetch_all,
+            'SELECT "offset", created_at, source, value FROM streams '
+            'WHERE flow_id = %s AND stream = %s AND "offset" > %s ORDER BY "offset" LIMIT %s',
+            (flow_id, stream, after_offset, limit),
+        )
+        return _stream_records(rows)
+
+    async def list_stream(
+        self, flow_id: str, stream: str, before_offset: int | None, limit: int
+    ) -> list[StreamRecord]:
+        rows = await self._run(
+            _fetch_all,
+            'SELECT "offset", created_at, source, value FROM streams '
+            'WHERE flow_id = %s AND stream = %s AND "offset" < %s '
+            'ORDER BY "offset" DESC LIMIT %s',
+            (flow_id, stream, before_offset if before_offset is not None else 2**62, limit),
+        )
+        return _stream_records(rows)
+
+
+_COMPLETIONS = "SELECT step_type, exec_id, output FROM completions WHERE flow_id = %s ORDER BY seq"
+
+
+async def _fetch_one(
+    pool: AsyncConnectionPool[Connection], query: str, params: tuple[Any, ...]
+) -> tuple[Any, ...] | None:
+    async with pool.connection() as conn:
+        cur = await conn.execute(query, params)
+        return await cur.fetchone()
+
+
+async def _fetch_all(
+    pool: AsyncConnectionPool[Connection], query: str, params: tuple[Any, ...]
+) -> list[tuple[Any, ...]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(query, params)
+        return await cur.fetchall()
+
+
+async def _apply(conn: Connection, c: Commit) -> None:
+    """Queue every write of ``c`` (the caller's transaction commits them)."""
+    fid = c.flow_id
+    if c.run is not None:
+        r = c.run
+        await conn.execute(
+            _UPSERT_RUN,
+            (
+                fid,
+                r.run_id,
+                r.flow_type,
+                r.flow_hash,
+                r.status.value,
+                r.started_at,
+                r.closed_at,
+                r.error_type,
+                r.error_message,
+                json.dumps(r.active_step_types),
+                json.dumps(r.search_attributes, sort_keys=True),
+                r.extra_json(),
+            ),
+        )
+    cur = conn.cursor()
+    if c.attribute_deletes:
+        await conn.execute(
+            "DELETE FROM attributes WHERE flow_id = %s AND key = ANY(%s)",
+            (fid, sorted(c.attribute_deletes)),
+        )
+    if c.attribute_upserts:
+        await cur.executemany(
+            "INSERT INTO attributes (flow_id, key, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (flow_id, key) DO UPDATE SET value = EXCLUDED.value",
+            [(fid, k, v) for k, v in c.attribute_upserts.items()],
+        )
+    if c.message_deletes:
+        await cur.executemany(
+            "DELETE FROM messages WHERE flow_id = %s AND channel = %s AND message_id = %s",
+            [(fid, channel, message_id) for channel, message_id in c.message_deletes],
+        )
+    if c.message_appends:
+        await cur.executemany(
+            "INSERT INTO messages (flow_id, channel, seq, message_id, value) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            [(fid, m.channel, m.seq, m.message_id, m.value) for m in c.message_appends],
+        )
+    if c.executions:
+        await cur.executemany(
+            _UPSERT_EXECUTION,
+            [(fid, e.exec_id, e.status.value, e.wake_at, e.to_json()) for e in c.executions],
+        )
+    if c.completions:
+        await cur.executemany(
+            _APPEND_COMPLETION,
+            [{"f": fid, "t": x.step_type, "e": x.exec_id, "o": x.output} for x in c.completions],
+        )
+    if c.history:
+        await cur.executemany(
+            _APPEND_HISTORY,
+            [
+                {"f": fid, "a": h.at, "e": h.exec_id, "v": h.event, "d": json.dumps(h.detail)}
+                for h in c.history
+            ],
+        )
+    if c.rpc_request is not None:
+        await conn.execute(
+            "INSERT INTO rpc_requests (flow_id, request_id, response) VALUES (%s, %s, %s) "
+            "ON CONFLICT (flow_id, request_id) DO UPDATE SET response = EXCLUDED.response",
+            (fid, c.rpc_request[0], c.rpc_request[1]),
+        )
+
+
+def _completions_from(rows: list[tuple[Any, ...]]) -> list[CompletionRecord]:
+    return [CompletionRecord(step_type=t, exec_id=e, output=bytes(o)) for t, e, o in rows]
+
+
+def _stream_records(rows: list[tuple[Any, ...]]) -> list[StreamRecord]:
+    return [
+        StreamRecord(offset=int(o), created_at=t, source=s, value=bytes(v)) for o, t, s, v in rows
+    ]
+
+
+def _returned(row: tuple[Any, ...] | None) -> int:
+    """The integer a one-row ``RETURNING`` gave back."""
+    if row is None:
+        raise RuntimeError("the database returned no row for a one-row upsert")
+    return int(row[0])

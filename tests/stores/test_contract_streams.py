@@ -1,0 +1,64 @@
+"""The ``FlowStore`` contract for Streams, on every backend: offsets, reads, trimming."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.stores.conftest import Backend
+from tests.stores.records import opened
+
+
+async def test_offsets_count_per_stream_and_reads_page_both_ways(backend: Backend) -> None:
+    async with opened(backend.config) as store:
+        offsets = [
+            await store.append_stream("a", "events", f"Step-{i}", f"v{i}".encode(), 0)
+            for i in range(1, 5)
+        ]
+        assert offsets == [1, 2, 3, 4]
+        assert await store.append_stream("a", "other", "rpc", b"x", 0) == 1
+        assert await store.append_stream("b", "events", "rpc", b"y", 0) == 1
+
+        after = await store.read_stream("a", "events", 1, 10)
+        assert [(r.offset, r.source, r.value) for r in after] == [
+            (2, "Step-2", b"v2"),
+            (3, "Step-3", b"v3"),
+            (4, "Step-4", b"v4"),
+        ]
+        assert [r.offset for r in await store.read_stream("a", "events", 0, 2)] == [1, 2]
+        assert await store.read_stream("a", "events", 4, 10) == []
+        assert after[0].created_at > 0
+
+        newest = await store.list_stream("a", "events", None, 2)
+        assert [r.offset for r in newest] == [4, 3]
+        assert [r.offset for r in await store.list_stream("a", "events", 3, 10)] == [2, 1]
+        assert await store.list_stream("a", "events", 1, 10) == []
+        assert await store.list_stream("a", "missing", None, 10) == []
+
+
+async def test_capacity_trims_the_oldest_and_always_keeps_the_newest(backend: Backend) -> None:
+    async with opened(backend.config) as store:
+        for i in range(1, 5):
+            await store.append_stream("a", "s", "src", b"%04d" % i, 10)
+        kept = await store.read_stream("a", "s", 0, 10)
+        assert [(r.offset, r.value) for r in kept] == [(3, b"0003"), (4, b"0004")]
+
+        # A message larger than the capacity is kept alone; offsets go on.
+        assert await store.append_stream("a", "s", "src", b"x" * 20, 10) == 5
+        assert [r.offset for r in await store.read_stream("a", "s", 0, 10)] == [5]
+        assert await store.append_stream("a", "s", "src", b"yy", 10) == 6
+        assert [r.offset for r in await store.read_stream("a", "s", 0, 10)] == [6]
+        assert await store.append_stream("a", "s", "src", b"zz", 10) == 7
+        assert [r.offset for r in await store.read_stream("a", "s", 0, 10)] == [6, 7]
+
+
+async def test_concurrent_appends_get_distinct_offsets(backend: Backend) -> None:
+    async with opened(backend.config) as first, opened(backend.config) as second:
+        offsets = await asyncio.gather(
+            *(
+                store.append_stream("a", "s", "src", b"v", 0)
+                for _ in range(10)
+                for store in (first, second)
+            )
+        )
+        assert sorted(offsets) == list(range(1, 21))
+        assert len(await first.read_stream("a", "s", 0, 100)) == 20

@@ -22,6 +22,7 @@ from dex_agents_ray.session._api import (
     ResolveInterruptRequest,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session._runner import ImageUserMessageBuilder
 from dex_agents_ray.session._values import AgentUserMessage
 
 __all__ = ["AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE", "AgentSessionClient"]
@@ -81,13 +82,20 @@ class AgentSessionClient:
 
         Raises:
             ImageValidationError: An image reference is invalid.
-            ValueError: Images without an initial message.
+            ValueError: Images without an initial message, or for a runner that
+                cannot take them (no ``ImageUserMessageBuilder``).
         """
         images = tuple(images)
         if images:
             validate_image_references(images)
             if initial_message is None or not initial_message.strip():
                 raise ValueError("start_session: images need an initial_message")
+            if not isinstance(self.flow.runner, ImageUserMessageBuilder):
+                # The start Step could only fail the session for them: refuse before it exists.
+                raise ValueError(
+                    "start_session: images need a runner that implements "
+                    "ImageUserMessageBuilder (the built-in loop does with a media_store)"
+                )
         start = AgentSessionStartInput(
             initial_message=initial_message,
             images=images,

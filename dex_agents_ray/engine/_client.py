@@ -29,6 +29,7 @@ from dex.dexpb import dex_pb2 as pb
 from dex.flow_result import StepCompletion
 from dex.runtime_errors import (
     FlowErrorType,
+    FlowNotActiveOrNotFoundError,
     FlowNotFoundError,
     LongPollTimeoutError,
     RequestTimeoutError,
@@ -176,8 +177,9 @@ class EngineClient:
             if rpc.input_codec is not None
             else None
         )
+        await self._existing(flow_id, "InvokeRPC")
         output = await self._call(
-            _require_id(flow_id),
+            flow_id,
             "invoke_rpc",
             rpc.name,
             encoded,
@@ -192,9 +194,20 @@ class EngineClient:
     async def stop_flow(self, flow_id: str, options: StopFlowOptions | None = None) -> None:
         """Cancel, terminate or fail a running flow."""
         options = options or StopFlowOptions()
-        await self._call(_require_id(flow_id), "stop_flow", options.type.value, options.reason)
+        await self._existing(flow_id, "StopFlow")
+        await self._call(flow_id, "stop_flow", options.type.value, options.reason)
 
     # -- reading -----------------------------------------------------------------------
+
+    async def _existing(self, flow_id: str, operation: str) -> None:
+        """Refuse an operation on a flow ID that never ran (no host is created for it)."""
+        if await self._engine.store.get_run(_require_id(flow_id)) is None:
+            raise service_error(
+                FlowNotActiveOrNotFoundError,
+                f"flow {flow_id!r} does not exist",
+                operation,
+                flow_id,
+            )
 
     async def _run(self, flow_id: str, operation: str) -> RunRecord:
         run = await self._engine.store.get_run(_require_id(flow_id))
@@ -308,6 +321,7 @@ class EngineClient:
     ) -> StreamMessage[Any]:
         """The next message after ``resume_token`` (long poll up to ``timeout``)."""
         after = _offset(resume_token)
+        await self._run(flow_id, "ReadStream")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:

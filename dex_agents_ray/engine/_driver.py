@@ -63,6 +63,8 @@ class _Live:
     attempt: int
     last_beat: float
     kill: Callable[[], None]
+    first_attempt_at: float | None = None
+    """What the attempt's request said ``first_attempt_at`` is (recorded at its start)."""
 
 
 class RunDriver:
@@ -327,14 +329,16 @@ class RunDriver:
         finally:
             self.locks.release(keys, record.exec_id)
 
-    async def _mark_started(self, exec_id: str, attempt: int) -> None:
+    async def _mark_started(
+        self, exec_id: str, attempt: int, first_attempt_at: float | None = None
+    ) -> None:
         tx = self.tx()
         current = tx.current(exec_id)
         tx.update(
             replace(
                 current,
                 attempts_started=attempt,
-                first_attempt_at=current.first_attempt_at or float(int(tx.now)),
+                first_attempt_at=current.first_attempt_at or first_attempt_at or float(int(tx.now)),
                 next_attempt_at=None,
             )
         )
@@ -354,7 +358,7 @@ class RunDriver:
                 )
             if not self._is_current(exec_id, ExecStatus.READY, attempt, wait=False):
                 return False
-            await self._mark_started(exec_id, attempt)
+            await self._mark_started(exec_id, attempt, live.first_attempt_at)
             live.last_beat = asyncio.get_running_loop().time()
             return True
 
@@ -447,10 +451,15 @@ class RunDriver:
     ) -> AttemptOutcome:
         assert self.definition is not None
         is_wait = method is InvocationMethod.WAIT_FOR
+        # A remote attempt records its start later, at its acknowledgement: fix
+        # first_attempt_at now so the request and the record agree.
+        first_attempt_at = record.first_attempt_at or float(int(time.time()))
         request = (
             self.state.wait_for_request(record, attempt)
             if is_wait
-            else self.state.execute_request(record, attempt)
+            else self.state.execute_request(
+                replace(record, first_attempt_at=first_attempt_at), attempt
+            )
         )
         raw_timeout = (
             options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
@@ -481,7 +490,7 @@ class RunDriver:
             decode: Callable[[Any], StepResult] = _identity
         else:
             future, kill = self._submit_remote(record, attempt, method, request, progress)
-            live = _Live(attempt, loop.time(), kill)
+            live = _Live(attempt, loop.time(), kill, first_attempt_at)
             decode = _decode_remote
         self._live[exec_id] = live
         try:

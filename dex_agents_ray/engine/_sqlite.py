@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,7 +67,33 @@ CREATE TABLE IF NOT EXISTS streams (
     PRIMARY KEY (flow_id, stream, offset));
 """
 
-_PER_RUN_TABLES = ("attributes", "messages", "executions", "completions", "rpc_requests")
+_PER_RUN_TABLES = (
+    "attributes",
+    "messages",
+    "executions",
+    "completions",
+    "rpc_requests",
+    "history",
+)
+
+
+@dataclass
+class _Pending:
+    """A commit waiting for the transaction that will carry it."""
+
+    commit: Commit
+    replace_run: bool
+    done: asyncio.Future[None]
+    loop: asyncio.AbstractEventLoop
+
+
+def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
+    if done.done():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)
 
 
 class SqliteFlowStore:
@@ -80,6 +108,12 @@ class SqliteFlowStore:
         self._config = config
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._pending: list[_Pending] = []
+        self._pending_lock = threading.Lock()
+        self._flush_scheduled = False
+        self.commits_written = 0
+        """Commits applied so far (with ``transactions_written``: commits per fsync)."""
+        self.transactions_written = 0
 
     def __repr__(self) -> str:
         return f"SqliteFlowStore({self._config.path!r})"
@@ -218,26 +252,62 @@ class SqliteFlowStore:
         )
 
     async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
-        await self._run(self._commit_sync, commit, replace_run)
+        """Apply ``commit``, sharing one transaction and one fsync with the
+        commits queued at the same time (group commit); returns once the
+        transaction that covers it is durable."""
+        if self._executor is None:
+            raise RuntimeError("the store is not open")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._pending_lock:
+            self._pending.append(_Pending(commit, replace_run, done, loop))
+            schedule = not self._flush_scheduled
+            self._flush_scheduled = True
+        if schedule:
+            self._executor.submit(self._flush)
+        await done
 
-    def _commit_sync(self, commit: Commit, replace_run: bool) -> None:
+    def _flush(self) -> None:
+        """Write every queued commit in one transaction; one savepoint each, so a
+        refused commit (a stale epoch) rolls back alone."""
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+            self._flush_scheduled = False
+        if not batch:
+            return
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
+        outcomes: list[BaseException | None] = []
         try:
-            row = db.execute(
-                "SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)
-            ).fetchone()
-            current = None if row is None else int(row[0])
-            if current != commit.epoch:
-                raise StaleEpochError(commit.flow_id, commit.epoch, current)
-            if replace_run:
-                for table in _PER_RUN_TABLES:
-                    db.execute(f"DELETE FROM {table} WHERE flow_id=?", (commit.flow_id,))
-            self._apply(db, commit)
+            db.execute("BEGIN IMMEDIATE")
+            for item in batch:
+                db.execute("SAVEPOINT one_commit")
+                try:
+                    self._commit_body(db, item.commit, item.replace_run)
+                except Exception as error:
+                    db.execute("ROLLBACK TO one_commit")
+                    outcomes.append(error)
+                else:
+                    outcomes.append(None)
+                db.execute("RELEASE one_commit")
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+            self.commits_written += len(batch)
+            self.transactions_written += 1
+        except BaseException as error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            outcomes = [error] * len(batch)
+        for item, outcome in zip(batch, outcomes, strict=True):
+            item.loop.call_soon_threadsafe(_settle, item.done, outcome)
+
+    def _commit_body(self, db: sqlite3.Connection, commit: Commit, replace_run: bool) -> None:
+        row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)).fetchone()
+        current = None if row is None else int(row[0])
+        if current != commit.epoch:
+            raise StaleEpochError(commit.flow_id, commit.epoch, current)
+        if replace_run:
+            for table in _PER_RUN_TABLES:
+                db.execute(f"DELETE FROM {table} WHERE flow_id=?", (commit.flow_id,))
+        self._apply(db, commit)
 
     @staticmethod
     def _apply(db: sqlite3.Connection, c: Commit) -> None:

@@ -76,6 +76,7 @@ class Work(Step[Job]):
         Log.publish(context, f"attempt-{context.attempt}")
         WorkerPid.set(context, os.getpid())
         _log(context, input, "work").record(f"{context.step_execution_id}/{context.attempt}")
+        _log(context, input, "first").record(context.first_attempt_at.isoformat())
         await FileGate(input.state_dir, f"work-{context.attempt}").wait_for_release()
         return dex.go_to(Finish, input)
 

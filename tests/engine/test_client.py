@@ -93,6 +93,9 @@ async def test_id_reuse_policies_for_a_closed_flow(engine_factory: Any) -> None:
     assert second != first
     assert (await client.wait_for_flow("reuse", timeout=TIMEOUT)).status is FlowStatus.COMPLETED
     assert (await client.describe_flow("reuse")).run_id == second
+    history = await client.read_step_history("reuse")
+    started = [h.detail["run_id"] for h in history if h.event == "flow_started"]
+    assert started == [second]  # the history is the current run's
 
     await _held(engine, flow, "failed")
     await client.stop_flow("failed", StopFlowOptions(type=StopType.FAIL, reason="test"))
@@ -195,3 +198,18 @@ async def test_stop_flow_closes_the_run_and_cancels_its_steps(
         await engine.client.stop_flow("stopped")
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await engine.client.invoke_rpc(flow.release, "stopped")
+
+
+async def test_operations_on_an_unknown_flow_id_create_no_host(engine_factory: Any) -> None:
+    import ray
+    from dex import Stream
+
+    engine, flow = await _engine(engine_factory)
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await engine.client.invoke_rpc(flow.release, "never-started")
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await engine.client.stop_flow("never-started")
+    with pytest.raises(FlowNotFoundError):
+        await engine.client.read_stream("never-started", Stream("progress", str, 1024))
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert not any(name.endswith("never-started") for name in names)

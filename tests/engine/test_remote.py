@@ -81,6 +81,8 @@ async def test_worker_death_consumes_an_attempt_and_the_retry_runs(
 
     assert result.completions[0].decode(list[str]) == ["attempt-2"]
     assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1", "Work-1/2"]
+    first, second = InvocationLog(state_dir / "first.log").entries()
+    assert first == second  # first_attempt_at is stable across remote attempts
 
 
 async def test_host_killed_while_remote_step_runs_kills_the_task_and_retries(

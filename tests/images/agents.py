@@ -15,11 +15,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
+from dex import RetryPolicy
+
 from dex_agents_ray import AgentSessionFlow, ToolEffect
 from dex_agents_ray.builtin_loop import (
     AgentDefinition,
     BuiltinLoopAgentRunner,
     FunctionToolResult,
+    JsonValue,
     ModelRequest,
     ScriptedModelClient,
     ScriptedModelReply,
@@ -35,6 +38,7 @@ from dex_agents_ray.session import (
     DeferredToolCall,
     DeferredToolExecution,
     RunModelLimit,
+    ToolCallStepOptions,
     ToolExecutionError,
     ToolExecutionResult,
     ToolTaskPoll,
@@ -84,7 +88,13 @@ def reply(request: ModelRequest) -> ScriptedModelReply:
     if command in ("take_screenshot", "capture_screen"):
         return ScriptedModelReply(tool_calls=[ScriptedToolCall(tool_name=command)])
     if command == "stale_screenshot":
-        arguments = {"log_path": argument}
+        arguments: dict[str, JsonValue] = {"log_path": argument}
+        return ScriptedModelReply(
+            tool_calls=[ScriptedToolCall(tool_name=command, arguments=arguments)]
+        )
+    if command == "screenshots":
+        count, _, log_path = argument.partition(" ")
+        arguments = {"count": int(count), "log_path": log_path}
         return ScriptedModelReply(
             tool_calls=[ScriptedToolCall(tool_name=command, arguments=arguments)]
         )
@@ -106,6 +116,22 @@ def stale_screenshot(log_path: str) -> FunctionToolResult:
     InvocationLog(log_path).record("stale_screenshot")
     reference = build_image_reference(SCREENSHOT, "file:///elsewhere/media")
     return FunctionToolResult(output="Found an old screenshot.", images=[reference])
+
+
+@function_tool(
+    effect=ToolEffect.READ,
+    # Two quick attempts, so a failing call records its failure within seconds.
+    step_options=ToolCallStepOptions(
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+    ),
+)
+async def screenshots(count: int, log_path: str, context: ToolCallContext) -> FunctionToolResult:
+    """Take ``count`` screenshots of an unchanging screen; logs each run."""
+    InvocationLog(log_path).record("screenshots")
+    if context.media_store is None:
+        raise ToolExecutionError("screenshots need a media store")
+    reference = await context.media_store.put_image(SCREENSHOT)
+    return FunctionToolResult(output=f"Took {count} screenshots.", images=[reference] * count)
 
 
 class ScreenSource:
@@ -157,7 +183,7 @@ def build_flow(
         name="viewer",
         instructions="Describe the images you are shown.",
         model=ScriptedModelClient(reply),
-        tools=[take_screenshot, stale_screenshot],
+        tools=[take_screenshot, stale_screenshot, screenshots],
         tool_sources=[ScreenSource(source_store)] if source_store is not None else [],
     )
     options = replace(builtin_agent_session_options(viewer), run_model_limit=RUN_MODEL_LIMIT)

@@ -16,6 +16,7 @@ from dex_agents_ray.engine._options import (
     RemoteStepOptions,
     StepAttemptProgress,
 )
+from dex_agents_ray.engine._placement import Placement, PlacementMode
 from dex_agents_ray.engine._store import (
     FlowStore,
     PostgresStoreConfig,
@@ -32,6 +33,8 @@ __all__ = [
     "FlowEngine",
     "FlowStore",
     "HostCallError",
+    "Placement",
+    "PlacementMode",
     "PostgresStoreConfig",
     "RayTaskOptions",
     "RemoteStepOptions",

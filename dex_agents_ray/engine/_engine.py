@@ -13,7 +13,13 @@ from dex._value_mapper import ValueMapper
 from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._client import EngineClient
-from dex_agents_ray.engine._host import FlowHost, host_name
+from dex_agents_ray.engine._host import FlowHost
+from dex_agents_ray.engine._placement import (
+    DEDICATED_PREFIX,
+    SHARED_PREFIX,
+    Placement,
+    PlacementMode,
+)
 from dex_agents_ray.engine._store import (
     POSTGRES_URI_SCHEMES,
     FlowStore,
@@ -27,6 +33,7 @@ from dex_agents_ray.engine._sync import SyncEngineClient
 logger = logging.getLogger("dex_agents_ray.engine")
 
 DEFAULT_NAMESPACE = "dex-agents-ray"
+HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX)
 DEFAULT_STORE_DIR = ".dex-agents-ray"
 
 
@@ -92,6 +99,7 @@ class FlowEngine:
         namespace: str,
         hashes: dict[str, str],
         owns_ray: bool,
+        placement: Placement,
     ) -> None:
         self.flows = flows
         self.registry = registry
@@ -101,6 +109,7 @@ class FlowEngine:
         self.values = ValueMapper(registry.codec_registry)
         self._hashes = hashes
         self._owns_ray = owns_ray
+        self.placement = placement
         self._hosts: dict[str, Any] = {}
         self._host_class: Any = None
         self.client = EngineClient(self)
@@ -116,6 +125,8 @@ class FlowEngine:
         codec_registry: CodecRegistry | None = None,
         ray_address: str | None = None,
         resume: bool = True,
+        placement: Placement | str = PlacementMode.DEDICATED,
+        shared_hosts: int = 4,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -130,11 +141,17 @@ class FlowEngine:
             codec_registry: Custom codecs, as for ``dex.Registry``.
             ray_address: Passed to ``ray.init`` when Ray is not initialized yet.
             resume: Re-activate runs that have work in flight in the store.
+            placement: ``"dedicated"`` (one host actor per run, the default) or
+                ``"shared"`` (``shared_hosts`` long-lived hosts, runs placed by a
+                stable hash of the flow ID), or a ``Placement``. Every driver of a
+                namespace must use the same placement.
         """
         import ray
         from ray import cloudpickle
 
         registry = Registry(list(flows), codec_registry, allow_async_handlers=True)
+        if not isinstance(placement, Placement):
+            placement = Placement(mode=PlacementMode(placement), shared_hosts=shared_hosts)
         namespace = namespace or DEFAULT_NAMESPACE
         owns_ray = False
         if not ray.is_initialized():
@@ -158,6 +175,7 @@ class FlowEngine:
             namespace=namespace,
             hashes=hashes,
             owns_ray=owns_ray,
+            placement=placement,
         )
         if resume:
             await engine.resume_runs()
@@ -176,14 +194,19 @@ class FlowEngine:
 
     def host(self, flow_id: str) -> Any:
         """The host actor of ``flow_id``, created on demand."""
-        handle = self._hosts.get(flow_id)
+        name = self.placement.host_name(flow_id)
+        handle = self._hosts.get(name)
         if handle is None:
             import ray
 
             if self._host_class is None:
                 self._host_class = ray.remote(FlowHost)
+            if self.placement.mode is PlacementMode.DEDICATED:
+                args: tuple[Any, ...] = (self.store_config, flow_id)
+            else:
+                args = (self.store_config, None, self.placement, self.placement.slot(flow_id))
             handle = self._host_class.options(
-                name=host_name(flow_id),
+                name=name,
                 namespace=self.namespace,
                 lifetime="detached",
                 get_if_exists=True,
@@ -191,12 +214,12 @@ class FlowEngine:
                 max_restarts=-1,
                 max_task_retries=0,
                 max_concurrency=10_000,
-            ).remote(self.store_config, flow_id)
-            self._hosts[flow_id] = handle
+            ).remote(*args)
+            self._hosts[name] = handle
         return handle
 
     def forget_host(self, flow_id: str) -> None:
-        self._hosts.pop(flow_id, None)
+        self._hosts.pop(self.placement.host_name(flow_id), None)
 
     async def resume_runs(self) -> int:
         """Make sure every run with work in flight has a host; returns how many."""
@@ -236,10 +259,11 @@ class FlowEngine:
         from ray.util import list_named_actors
 
         for entry in list_named_actors(all_namespaces=True):
-            if entry["namespace"] != self.namespace or not entry["name"].startswith("dexrun:"):
+            name = entry["name"]
+            if entry["namespace"] != self.namespace or not name.startswith(HOST_PREFIXES):
                 continue
             try:
-                ray.kill(ray.get_actor(entry["name"], namespace=self.namespace), no_restart=True)
+                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
             except ValueError:
                 continue
         self._hosts.clear()

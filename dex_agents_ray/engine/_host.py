@@ -12,29 +12,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._driver import FlowDefinition, RunDriver
 from dex_agents_ray.engine._errors import Envelope, envelope
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
+from dex_agents_ray.engine._placement import Placement
 from dex_agents_ray.engine._remote import load_definition
 from dex_agents_ray.engine._store import FlowStore, StoreConfig, open_store
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
-HOST_NAME_PREFIX = "dexrun:"
-
-
-def host_name(flow_id: str) -> str:
-    """The Ray actor name of the host dedicated to ``flow_id``."""
-    return f"{HOST_NAME_PREFIX}{flow_id}"
-
 
 class FlowHost:
     """Hosts runs; see the module docstring. Methods return envelopes."""
 
-    async def __init__(self, config: StoreConfig, flow_id: str | None = None) -> None:  # type: ignore[misc]
+    async def __init__(  # type: ignore[misc]
+        self,
+        config: StoreConfig,
+        flow_id: str | None = None,
+        placement: Placement | None = None,
+        slot: int | None = None,
+    ) -> None:
         self._store: FlowStore = open_store(config)
         await self._store.open()
         self._drivers: dict[str, RunDriver] = {}
@@ -44,9 +45,18 @@ class FlowHost:
         self._stream_queues: dict[str, asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]] = {}
         self._stream_writers: set[asyncio.Task[None]] = set()
         self._refused: dict[str, int] = {}
-        self._resume: asyncio.Task[RunDriver] | None = None
+        self._resume: asyncio.Task[Any] | None = None
+        loop = asyncio.get_running_loop()
         if flow_id is not None:
-            self._resume = asyncio.get_running_loop().create_task(self._driver(flow_id))
+            self._resume = loop.create_task(self._driver(flow_id))
+        elif placement is not None and slot is not None:
+            self._resume = loop.create_task(self._resume_slot(placement, slot))
+
+    async def _resume_slot(self, placement: Placement, slot: int) -> None:
+        """A shared host (re)starting: resume every run of its slot with work in flight."""
+        for flow_id in await self._store.runs_with_work():
+            if placement.slot(flow_id) == slot:
+                await self._driver(flow_id)
 
     # -- activation --------------------------------------------------------------------
 

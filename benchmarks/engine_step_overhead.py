@@ -92,7 +92,38 @@ async def engine_run(engine: FlowEngine, flow: Flow[int], flow_id: str, steps: i
     return elapsed / steps
 
 
-async def main(steps: int, rounds: int, remote_steps: int) -> None:
+async def concurrent_runs(
+    engine: FlowEngine, flow: Flow[int], prefix: str, runs: int, steps: int
+) -> float:
+    """Steps per second with ``runs`` chains at once (hosts already warm)."""
+    options = StartFlowOptions(id_reuse_policy=IdReusePolicy.ALLOW_IF_NOT_RUNNING)
+    start = time.perf_counter()
+    ids = [f"{prefix}-{i}" for i in range(runs)]
+    await asyncio.gather(*(engine.client.start_flow(flow, i, steps, options) for i in ids))
+    await asyncio.gather(*(engine.client.wait_for_flow(i, timeout=600) for i in ids))
+    return runs * steps / (time.perf_counter() - start)
+
+
+async def throughput(directory: Path, runs: int, steps: int, rounds: int) -> dict[str, float]:
+    """Steps/s at ``runs`` concurrent runs, dedicated vs shared placement."""
+    local = LocalChain()
+    results: dict[str, float] = {}
+    for mode, kwargs in (("dedicated", {}), ("shared", {"placement": "shared"})):
+        engine = await FlowEngine.start(
+            [local], store=directory / f"{mode}.db", namespace=f"bench-{mode}", **kwargs
+        )
+        try:
+            await concurrent_runs(engine, local, mode, runs, 3)  # create and warm the hosts
+            figures = [
+                await concurrent_runs(engine, local, mode, runs, steps) for _ in range(rounds)
+            ]
+        finally:
+            await engine.shutdown(stop_hosts=True)
+        results[mode] = statistics.median(figures)
+    return results
+
+
+async def main(steps: int, rounds: int, remote_steps: int, runs: int) -> None:
     directory = Path(tempfile.mkdtemp(prefix="dex-bench-"))
     local, remote = LocalChain(), RemoteChain()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -131,6 +162,11 @@ async def main(steps: int, rounds: int, remote_steps: int) -> None:
         "\nEach engine step = 2 durable commits (attempt start mark, then result + "
         "next execution) on SQLite WAL synchronous=FULL."
     )
+    rates = await throughput(directory, runs, steps // 2, max(1, rounds // 2))
+    print(f"\n{runs} concurrent runs of {steps // 2} in-actor steps (medians, steps/s):")
+    for mode, rate in rates.items():
+        print(f"  {mode:<10} {rate:>10.0f}")
+    print(f"  shared / dedicated: {rates['shared'] / rates['dedicated']:.2f}x")
 
 
 if __name__ == "__main__":
@@ -138,5 +174,6 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--remote-steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=16, help="concurrent runs for throughput")
     args = parser.parse_args()
-    asyncio.run(main(args.steps, args.rounds, args.remote_steps))
+    asyncio.run(main(args.steps, args.rounds, args.remote_steps, args.runs))

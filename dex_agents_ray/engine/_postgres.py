@@ -2,10 +2,14 @@
 
 Same records and semantics as the SQLite store; the differences are how
 writers are serialized. SQLite has one writer at a time; here every commit
-locks its run's epoch row (``SELECT ... FOR UPDATE``) inside its transaction,
-so commits of one run, and its activations, run one after another while other
-runs commit in parallel. Stream appends take their offset from a per-stream
-head row, locked the same way.
+locks its run's epoch row (``SELECT ... FOR UPDATE``, in the ``dex_fence``
+function) inside its transaction, so commits of one run, and its activations,
+run one after another while other runs commit in parallel. Stream appends take
+their offset from a per-stream head row, locked the same way.
+
+Round trips are what a remote database costs, so each operation is one: a
+commit pipelines BEGIN, the fence, every write and COMMIT, and the fence
+aborts the transaction when the epoch is stale.
 
 Every statement of one store object runs on the store's own event loop, in a
 dedicated thread, over a small connection pool. Callers on any loop or thread
@@ -19,6 +23,7 @@ import asyncio
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -97,7 +102,20 @@ CREATE TABLE IF NOT EXISTS streams (
     flow_id TEXT NOT NULL, stream TEXT NOT NULL, "offset" BIGINT NOT NULL,
     created_at DOUBLE PRECISION NOT NULL, source TEXT NOT NULL, value BYTEA NOT NULL,
     PRIMARY KEY (flow_id, stream, "offset"));
+CREATE OR REPLACE FUNCTION dex_fence(run TEXT, expected BIGINT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+    held BIGINT;
+BEGIN
+    SELECT epoch INTO held FROM epochs WHERE flow_id = run FOR UPDATE;
+    IF held IS DISTINCT FROM expected THEN
+        RAISE EXCEPTION USING MESSAGE = 'dex: stale ownership epoch',
+            DETAIL = COALESCE(held::TEXT, '');
+    END IF;
+END
+$$;
 """
+_STALE_MESSAGE = "dex: stale ownership epoch"
 
 _RUN_COLUMNS = (
     "flow_id, run_id, flow_type, flow_hash, status, started_at, closed_at, error_type, "
@@ -175,6 +193,32 @@ class _LoopThread:
         self.loop.close()
 
 
+class _IdleProbe:
+    """Probes a pooled connection at checkout only when it sat idle.
+
+    A connection the server dropped while idle (a restart, a failover) is
+    replaced instead of failing the next commit; a busy connection costs no
+    extra round trip.
+    """
+
+    IDLE_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        self._returned_at: weakref.WeakKeyDictionary[Connection, float] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def returned(self, conn: Connection) -> None:
+        self._returned_at[conn] = time.monotonic()
+
+    async def check(self, conn: Connection) -> None:
+        returned_at = self._returned_at.get(conn)
+        if returned_at is None or time.monotonic() - returned_at > self.IDLE_SECONDS:
+            from psycopg_pool import AsyncConnectionPool
+
+            await AsyncConnectionPool.check_connection(conn)
+
+
 class PostgresFlowStore:
     """``FlowStore`` on a PostgreSQL database; see the module docstring.
 
@@ -187,6 +231,7 @@ class PostgresFlowStore:
         self._config = config
         self._runner: _LoopThread | None = None
         self._pool: AsyncConnectionPool[Connection] | None = None
+        self._probe = _IdleProbe()
 
     def __repr__(self) -> str:
         return f"PostgresFlowStore({self._config.location!r})"
@@ -217,9 +262,8 @@ class PostgresFlowStore:
             max_size=self._config.pool_size,
             kwargs={"autocommit": True},
             configure=self._configure,
-            # A connection the server dropped while idle (a restart, a failover)
-            # is replaced at checkout instead of failing the next commit.
-            check=AsyncConnectionPool.check_connection,
+            check=self._probe.check,
+            reset=self._probe.returned,
             name="dex-postgres",
             open=False,
         )
@@ -229,6 +273,7 @@ class PostgresFlowStore:
     async def _configure(self, conn: Connection) -> None:
         if self._config.durability == "process":
             await conn.execute("SET synchronous_commit = off")
+        await self._probe.returned(conn)
 
     async def _ensure_schema(self, conn: Connection) -> None:
         version = await self._schema_version(conn)
@@ -358,19 +403,24 @@ class PostgresFlowStore:
     async def _commit(
         pool: AsyncConnectionPool[Connection], commit: Commit, replace_run: bool
     ) -> None:
-        # Two round trips: BEGIN with the epoch check, then every write and COMMIT.
-        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            cur = await conn.execute(
-                "SELECT epoch FROM epochs WHERE flow_id = %s FOR UPDATE", (commit.flow_id,)
-            )
-            row = await cur.fetchone()
-            current = None if row is None else int(row[0])
-            if current != commit.epoch:
-                raise StaleEpochError(commit.flow_id, commit.epoch, current)
-            if replace_run:
-                for table in _PER_RUN_TABLES:
-                    await conn.execute(f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,))
-            await _apply(conn, commit)
+        from psycopg.errors import RaiseException
+
+        try:
+            async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+                await conn.execute("SELECT dex_fence(%s, %s)", (commit.flow_id, commit.epoch))
+                if replace_run:
+                    for table in _PER_RUN_TABLES:
+                        await conn.execute(
+                            f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,)
+                        )
+                await _apply(conn, commit)
+        except RaiseException as error:
+            if error.diag.message_primary != _STALE_MESSAGE:
+                raise
+            held = error.diag.message_detail
+            raise StaleEpochError(
+                commit.flow_id, commit.epoch, int(held) if held else None
+            ) from None
 
     async def get_run(self, flow_id: str) -> RunRecord | None:
         row = await self._run(

@@ -108,3 +108,23 @@ async def test_one_store_serves_callers_on_other_event_loops(
         # durability="process" is a per-connection setting: look at a pooled one.
         setting = await store._run(_fetch_one, "SHOW synchronous_commit", ())  # type: ignore[attr-defined]
         assert setting == ("off",)
+
+
+async def test_a_connection_the_server_dropped_is_replaced_at_checkout(
+    postgres_config: PostgresStoreConfig,
+) -> None:
+    import psycopg
+
+    async with opened(postgres_config) as store:
+        epoch, _ = await store.activate("a")
+        store._probe.IDLE_SECONDS = 0.0  # type: ignore[attr-defined]  # probe every checkout
+        with psycopg.connect(postgres_config.dsn, autocommit=True) as admin:
+            dropped = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert dropped is not None and dropped[0] >= 1
+
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+
+        assert await store.get_run("a") is not None

@@ -186,6 +186,12 @@ class AgentEventType(StrEnum):
     """``{"through_sequence"}`` (reserved)."""
     COMPACTION_FINISHED = "compaction_finished"
     """``{"generation", "through_sequence"}`` (reserved)."""
+    MCP_TOOL_PROGRESS = "mcp.tool_progress"
+    """``{"tool_call_id", "tool_name", "progress", "total", "message"}``: an MCP server's
+    ``notifications/progress`` during a call (``dex_agents_ray.mcp``)."""
+    MCP_TASK_STATUS = "mcp.task_status"
+    """``{"tool_call_id", "tool_name", "task_id", "status", "status_message"}``: an MCP
+    task's status changed (``dex_agents_ray.mcp``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -211,23 +211,9 @@ class McpConnection:
         )
         return await self._send(types.CallToolRequest(params=params), timeout, progress)
 
-    async def list_tools(self, timeout: float) -> list[dict[str, Any]]:
-        """Every page of ``tools/list``, each tool in wire form."""
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(_MAX_PAGES):
-            page = await self._client.session.send_request(
-                types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)),
-                types.ListToolsResult,
-                request_read_timeout_seconds=timeout,
-            )
-            tools.extend(
-                t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
-            )
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return tools
+    async def list_tools(self, timeout: float) -> list[Any]:
+        """Every page of ``tools/list``, each tool as the server sent it."""
+        return await self.list_all("tools", timeout)
 
     async def get_task(self, task_id: str, timeout: float) -> dict[str, Any]:
         """``tasks/get``: the task in wire form."""
@@ -243,10 +229,10 @@ class McpConnection:
         await self._send(_CancelTask(params=_TaskParams(task_id=task_id)), timeout)
 
     async def list_all(
-        self, kind: Literal["resources", "resource_templates", "prompts"], timeout: float
+        self, kind: Literal["tools", "resources", "resource_templates", "prompts"], timeout: float
     ) -> list[Any]:
-        """Every page of ``resources/list``, ``resources/templates/list`` or ``prompts/list``,
-        each item as the server sent it."""
+        """Every page of ``tools/list``, ``resources/list``, ``resources/templates/list`` or
+        ``prompts/list``, each item as the server sent it."""
         request_type, key = _LISTS[kind]
         items: list[Any] = []
         cursor: str | None = None
@@ -278,6 +264,7 @@ _MAX_PAGES = 100
 """Pages read from one listing, so a paginator that never ends cannot hang a request."""
 
 _LISTS: dict[str, tuple[Any, str]] = {
+    "tools": (types.ListToolsRequest, "tools"),
     "resources": (types.ListResourcesRequest, "resources"),
     "resource_templates": (types.ListResourceTemplatesRequest, "resourceTemplates"),
     "prompts": (types.ListPromptsRequest, "prompts"),

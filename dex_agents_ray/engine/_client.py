@@ -35,7 +35,7 @@ from dex.runtime_errors import (
     RequestTimeoutError,
 )
 
-from dex_agents_ray.engine._errors import service_error, unwrap
+from dex_agents_ray.engine._errors import HostPassivatedError, service_error, unwrap
 from dex_agents_ray.engine._operations import StartRequest
 from dex_agents_ray.engine._query import matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus
@@ -91,11 +91,16 @@ class EngineClient:
             host = self._engine.host(flow_id)
             try:
                 return unwrap(await getattr(host, method).remote(flow_id, *args))
-            except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError):
+            except (
+                ray.exceptions.ActorUnavailableError,
+                ray.exceptions.ActorDiedError,
+                HostPassivatedError,
+            ):
+                # A crashed host restarts; a passivating one exits and is re-created.
                 if loop.time() > deadline:
                     raise
                 self._engine.forget_host(flow_id)
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)
 
     # -- starting and signalling -------------------------------------------------------
 

@@ -118,6 +118,11 @@ class LockTable:
         self._held: dict[str, str] = {}
         self._waiters: list[asyncio.Future[None]] = []
 
+    @property
+    def busy(self) -> bool:
+        """Whether any lock is held or awaited."""
+        return bool(self._held or self._waiters)
+
     def holder(self, key: str) -> str | None:
         return self._held.get(key)
 

@@ -35,7 +35,7 @@ from dex_agents_ray.engine._remote import ABANDONED, decode_result, remote_step_
 from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT, next_retry_delay
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
-from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at
+from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at, timer_fire_times
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -98,6 +98,10 @@ class RunDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._evaluating: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self.last_activity = time.monotonic()
+        """When a commit, a client call or a wait last touched the run."""
+        self.waiters = 0
+        """Client long polls (wait_closed, wait_stream) in progress."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -129,7 +133,46 @@ class RunDriver:
         """A future resolved at the next applied commit."""
         return self._changed
 
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def passivation(self, now: float, threshold: float) -> tuple[bool, float | None]:
+        """Whether the run may leave memory now, and when a timer needs it back.
+
+        It may when nothing runs (every active Step only waits, no attempt, lock,
+        evaluation or background write is in flight, no client long-polls) and
+        its next timer is further than ``threshold`` seconds away.
+        """
+        if self.state.run is None or self.stale:
+            return False, None
+        if not self.state.is_running:
+            return self.waiters == 0, None
+        busy = (
+            self._live
+            or self.waiters
+            or self.locks.busy
+            or any(not task.done() for task in self._background)
+            or (self._evaluating is not None and not self._evaluating.done())
+        )
+        if busy:
+            return False, None
+        earliest: float | None = None
+        for record in self.state.active_execs():
+            if record.status is not ExecStatus.WAITING or record.wait is None:
+                return False, None
+            wait = pb.WaitingCondition.FromString(record.wait)
+            started = record.wait_started_at or now
+            if any(at <= now for at in timer_fire_times(wait, started)):
+                return False, None  # a due timer is about to be evaluated
+            due = next_timer_at(wait, started, now)
+            if due is not None and (earliest is None or due < earliest):
+                earliest = due
+        if earliest is not None and earliest - now < threshold:
+            return False, None
+        return True, earliest
+
     def _notify(self) -> None:
+        self.touch()
         future, self._changed = self._changed, asyncio.get_running_loop().create_future()
         if not future.done():
             future.set_result(None)

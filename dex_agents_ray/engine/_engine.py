@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import typing
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,12 @@ from dex._value_mapper import ValueMapper
 from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._client import EngineClient
-from dex_agents_ray.engine._host import FlowHost
+from dex_agents_ray.engine._hosts import (
+    SCHEDULER_NAME,
+    HostConfig,
+    host_handle,
+    scheduler_handle,
+)
 from dex_agents_ray.engine._placement import (
     DEDICATED_PREFIX,
     SHARED_PREFIX,
@@ -100,6 +106,7 @@ class FlowEngine:
         hashes: dict[str, str],
         owns_ray: bool,
         placement: Placement,
+        passivate_after: timedelta | None,
     ) -> None:
         self.flows = flows
         self.registry = registry
@@ -111,7 +118,12 @@ class FlowEngine:
         self._owns_ray = owns_ray
         self.placement = placement
         self._hosts: dict[str, Any] = {}
-        self._host_class: Any = None
+        self.host_config = HostConfig(
+            store=store_config,
+            namespace=namespace,
+            placement=placement,
+            passivate_after=None if passivate_after is None else passivate_after.total_seconds(),
+        )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
 
@@ -127,6 +139,7 @@ class FlowEngine:
         resume: bool = True,
         placement: Placement | str = PlacementMode.DEDICATED,
         shared_hosts: int = 4,
+        passivate_after: timedelta | None = None,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -145,6 +158,11 @@ class FlowEngine:
                 ``"shared"`` (``shared_hosts`` long-lived hosts, runs placed by a
                 stable hash of the flow ID), or a ``Placement``. Every driver of a
                 namespace must use the same placement.
+            passivate_after: Let a run whose Steps only wait (for a message, an
+                approval, or a timer further away than this) leave memory after
+                this long without activity; a dedicated host then exits. The next
+                client call or the namespace's scheduler (for a due timer) brings
+                it back. ``None`` keeps runs resident.
         """
         import ray
         from ray import cloudpickle
@@ -176,7 +194,12 @@ class FlowEngine:
             hashes=hashes,
             owns_ray=owns_ray,
             placement=placement,
+            passivate_after=passivate_after,
         )
+        if passivate_after is not None:
+            if passivate_after.total_seconds() <= 0:
+                raise ValueError(f"passivate_after must be positive, got {passivate_after}")
+            await scheduler_handle(engine.host_config).woken_runs.remote()
         if resume:
             await engine.resume_runs()
         return engine
@@ -197,24 +220,7 @@ class FlowEngine:
         name = self.placement.host_name(flow_id)
         handle = self._hosts.get(name)
         if handle is None:
-            import ray
-
-            if self._host_class is None:
-                self._host_class = ray.remote(FlowHost)
-            if self.placement.mode is PlacementMode.DEDICATED:
-                args: tuple[Any, ...] = (self.store_config, flow_id)
-            else:
-                args = (self.store_config, None, self.placement, self.placement.slot(flow_id))
-            handle = self._host_class.options(
-                name=name,
-                namespace=self.namespace,
-                lifetime="detached",
-                get_if_exists=True,
-                num_cpus=0,
-                max_restarts=-1,
-                max_task_retries=0,
-                max_concurrency=10_000,
-            ).remote(*args)
+            handle = host_handle(self.host_config, flow_id)
             self._hosts[name] = handle
         return handle
 
@@ -260,7 +266,8 @@ class FlowEngine:
 
         for entry in list_named_actors(all_namespaces=True):
             name = entry["name"]
-            if entry["namespace"] != self.namespace or not name.startswith(HOST_PREFIXES):
+            ours = name.startswith(HOST_PREFIXES) or name == SCHEDULER_NAME
+            if entry["namespace"] != self.namespace or not ours:
                 continue
             try:
                 ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)

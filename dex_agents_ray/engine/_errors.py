@@ -4,7 +4,8 @@ Tree::
 
     EngineError                      runtime failure inside the engine
       ├── StaleEpochError            (store) a superseded host tried to commit
-      └── HostCallError              a host call failed with a non-SDK error
+      ├── HostCallError              a host call failed with a non-SDK error
+      └── HostPassivatedError        the host is passivating the run: call again
     dex.runtime_errors.DexServiceError and subclasses   re-raised as the SDK raises them
     dex.runtime_errors.FlowDefinitionError, ValueMappingError, InvalidStepResultError
 
@@ -33,6 +34,10 @@ class EngineError(RuntimeError):
 
 class HostCallError(EngineError):
     """A host call failed with an error that is not one of the SDK's."""
+
+
+class HostPassivatedError(EngineError):
+    """The host is letting the run go (passivation); call again to re-activate it."""
 
 
 _CODES: dict[str, tuple[str, ErrorSubStatus]] = {
@@ -79,6 +84,8 @@ async def envelope(call: Awaitable[T]) -> Envelope:
     """Run ``call`` and wrap its result or error for the trip back to a client."""
     try:
         return ("ok", await call)
+    except HostPassivatedError as error:
+        return ("passivated", str(error))
     except DexServiceError as error:
         return (
             "dex",
@@ -115,6 +122,8 @@ def unwrap(result: Envelope) -> Any:
     kind, payload = result
     if kind == "ok":
         return payload
+    if kind == "passivated":
+        raise HostPassivatedError(payload)
     if kind == "dex":
         name, code, sub_status, detail, operation, flow_id, worker = payload
         cls = getattr(runtime_errors, name, DexServiceError)

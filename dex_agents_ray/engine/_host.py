@@ -12,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._driver import FlowDefinition, RunDriver
-from dex_agents_ray.engine._errors import Envelope, envelope
+from dex_agents_ray.engine._errors import Envelope, HostPassivatedError, envelope
+from dex_agents_ray.engine._hosts import HostConfig
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
-from dex_agents_ray.engine._placement import Placement
+from dex_agents_ray.engine._placement import PlacementMode
 from dex_agents_ray.engine._remote import load_definition
-from dex_agents_ray.engine._store import FlowStore, StoreConfig, open_store
+from dex_agents_ray.engine._store import FlowStore, open_store
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -30,14 +32,13 @@ class FlowHost:
     """Hosts runs; see the module docstring. Methods return envelopes."""
 
     async def __init__(  # type: ignore[misc]
-        self,
-        config: StoreConfig,
-        flow_id: str | None = None,
-        placement: Placement | None = None,
-        slot: int | None = None,
+        self, config: HostConfig, flow_id: str | None = None, slot: int | None = None
     ) -> None:
-        self._store: FlowStore = open_store(config)
+        self._config = config
+        self._store: FlowStore = open_store(config.store)
         await self._store.open()
+        self._exiting = False
+        self._passivated = 0
         self._drivers: dict[str, RunDriver] = {}
         self._activations: dict[str, asyncio.Task[RunDriver]] = {}
         self._definitions: dict[tuple[str, str], FlowDefinition] = {}
@@ -49,20 +50,85 @@ class FlowHost:
         loop = asyncio.get_running_loop()
         if flow_id is not None:
             self._resume = loop.create_task(self._driver(flow_id))
-        elif placement is not None and slot is not None:
-            self._resume = loop.create_task(self._resume_slot(placement, slot))
+        elif slot is not None:
+            self._resume = loop.create_task(self._resume_slot(slot))
+        self._watcher: asyncio.Task[None] | None = None
+        if config.passivate_after is not None:
+            self._watcher = loop.create_task(self._watch_idle(config.passivate_after))
 
-    async def _resume_slot(self, placement: Placement, slot: int) -> None:
+    async def _resume_slot(self, slot: int) -> None:
         """A shared host (re)starting: resume every run of its slot with work in flight."""
         for flow_id in await self._store.runs_with_work():
-            if placement.slot(flow_id) == slot:
+            if self._config.placement.slot(flow_id) == slot:
                 await self._driver(flow_id)
+
+    # -- passivation -------------------------------------------------------------------
+
+    async def _watch_idle(self, idle: float) -> None:
+        """Let runs that only wait leave memory after ``idle`` seconds without activity."""
+        while not self._exiting:
+            await asyncio.sleep(max(0.05, idle / 4))
+            now = time.monotonic()
+            for flow_id, driver in list(self._drivers.items()):
+                if now - driver.last_activity >= idle:
+                    try:
+                        await self._passivate(flow_id, driver, idle)
+                    except Exception:
+                        logger.exception("run %s: passivation failed; it stays", flow_id)
+            if self._config.placement.mode is PlacementMode.DEDICATED and self._empty():
+                await self._exit()
+                return
+
+    def _empty(self) -> bool:
+        return not self._drivers and not self._activations and self._passivated > 0
+
+    async def _passivate(self, flow_id: str, driver: RunDriver, idle: float) -> None:
+        async with driver.commit_lock:
+            ok, wake_at = driver.passivation(time.time(), idle)
+            if not ok or self._drivers.get(flow_id) is not driver:
+                return
+            dedicated = self._config.placement.mode is PlacementMode.DEDICATED
+            if dedicated:
+                self._exiting = True  # refuse calls from now on: the client retries
+            try:
+                await self._store.passivate(flow_id, driver.epoch, wake_at)
+            except Exception:
+                self._exiting = False
+                raise
+            del self._drivers[flow_id]
+            self._passivated += 1
+        await driver.stop()
+        if wake_at is not None:
+            from dex_agents_ray.engine._hosts import scheduler_handle
+
+            scheduler_handle(self._config).notify.remote()
+        logger.info("run %s passivated (wake at %s)", flow_id, wake_at)
+
+    async def _exit(self) -> None:
+        """A dedicated host whose run left: end this process (the name is freed)."""
+        import ray
+
+        self._exiting = True
+        await self._store.close()
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    async def wake(self, flow_id: str) -> Envelope:
+        """Activate ``flow_id`` here (the scheduler calls this for a due timer)."""
+
+        async def activate() -> bool:
+            await self._driver(flow_id)
+            return True
+
+        return await envelope(activate())
 
     # -- activation --------------------------------------------------------------------
 
     async def _driver(self, flow_id: str) -> RunDriver:
+        if self._exiting:
+            raise HostPassivatedError(f"the host of {flow_id!r} is passivating it")
         driver = self._drivers.get(flow_id)
         if driver is not None and not driver.stale:
+            driver.touch()
             return driver
         task = self._activations.get(flow_id)
         if task is None:
@@ -157,15 +223,20 @@ class FlowHost:
             driver = await self._driver(flow_id)
             loop = asyncio.get_running_loop()
             deadline = None if timeout is None else loop.time() + timeout
-            while driver.state.run is not None and driver.state.is_running:
-                remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
-                    return False
-                try:
-                    await asyncio.wait_for(asyncio.shield(driver.changed()), remaining)
-                except TimeoutError:
-                    return False
-            return driver.state.run is not None
+            driver.waiters += 1  # a run with a client waiting on it stays in memory
+            try:
+                while driver.state.run is not None and driver.state.is_running:
+                    remaining = None if deadline is None else deadline - loop.time()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    try:
+                        await asyncio.wait_for(asyncio.shield(driver.changed()), remaining)
+                    except TimeoutError:
+                        return False
+                return driver.state.run is not None
+            finally:
+                driver.waiters -= 1
+                driver.touch()
 
         return await envelope(wait())
 
@@ -272,6 +343,8 @@ class FlowHost:
         return None if driver is None else driver.epoch
 
     async def shutdown(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         for driver in list(self._drivers.values()):
             await driver.stop()
         for task in self._stream_writers:

@@ -95,6 +95,8 @@ CREATE TABLE IF NOT EXISTS history (
 CREATE TABLE IF NOT EXISTS rpc_requests (
     flow_id TEXT NOT NULL, request_id TEXT NOT NULL, response BYTEA NOT NULL,
     PRIMARY KEY (flow_id, request_id));
+CREATE TABLE IF NOT EXISTS passivated (flow_id TEXT PRIMARY KEY, wake_at DOUBLE PRECISION);
+CREATE INDEX IF NOT EXISTS passivated_wake ON passivated (wake_at);
 CREATE TABLE IF NOT EXISTS stream_heads (
     flow_id TEXT NOT NULL, stream TEXT NOT NULL, last_offset BIGINT NOT NULL,
     PRIMARY KEY (flow_id, stream));
@@ -365,6 +367,7 @@ class PostgresFlowStore:
                 "DO UPDATE SET epoch = epochs.epoch + 1 RETURNING epoch",
                 (flow_id,),
             )
+            await conn.execute("DELETE FROM passivated WHERE flow_id = %s", (flow_id,))
             run = await conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE flow_id = %s", (flow_id,)
             )
@@ -462,10 +465,53 @@ class PostgresFlowStore:
         rows = await self._run(
             _fetch_all,
             "SELECT DISTINCT e.flow_id FROM executions e JOIN runs r ON r.flow_id = e.flow_id "
-            "WHERE r.status = %s AND e.status = ANY(%s) ORDER BY e.flow_id",
+            "WHERE r.status = %s AND e.status = ANY(%s) "
+            "AND e.flow_id NOT IN (SELECT flow_id FROM passivated) ORDER BY e.flow_id",
             (RunStatus.RUNNING.value, list(_ACTIVE_STATUSES)),
         )
         return [row[0] for row in rows]
+
+    # -- passivation -------------------------------------------------------------------
+
+    async def passivate(self, flow_id: str, epoch: int, wake_at: float | None) -> None:
+        await self._run(self._passivate, flow_id, epoch, wake_at)
+
+    @staticmethod
+    async def _passivate(
+        pool: AsyncConnectionPool[Connection], flow_id: str, epoch: int, wake_at: float | None
+    ) -> None:
+        from psycopg.errors import RaiseException
+
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT dex_fence(%s, %s)", (flow_id, epoch))
+                await conn.execute(
+                    "INSERT INTO passivated (flow_id, wake_at) VALUES (%s, %s) "
+                    "ON CONFLICT (flow_id) DO UPDATE SET wake_at = EXCLUDED.wake_at",
+                    (flow_id, wake_at),
+                )
+        except RaiseException as error:
+            if error.diag.message_primary != _STALE_MESSAGE:
+                raise
+            held = error.diag.message_detail
+            raise StaleEpochError(flow_id, epoch, int(held) if held else None) from None
+
+    async def due_passivated(self, now: float) -> list[str]:
+        rows = await self._run(
+            _fetch_all,
+            "SELECT flow_id FROM passivated WHERE wake_at IS NOT NULL AND wake_at <= %s "
+            "ORDER BY wake_at",
+            (now,),
+        )
+        return [row[0] for row in rows]
+
+    async def next_passivated_wake(self) -> float | None:
+        row = await self._run(_fetch_one, "SELECT MIN(wake_at) FROM passivated", ())
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def passivated_count(self) -> int:
+        row = await self._run(_fetch_one, "SELECT COUNT(*) FROM passivated", ())
+        return 0 if row is None else int(row[0])
 
     # -- streams ----------------------------------------------------------------------
 

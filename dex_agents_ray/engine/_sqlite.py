@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS history (
 CREATE TABLE IF NOT EXISTS rpc_requests (
     flow_id TEXT NOT NULL, request_id TEXT NOT NULL, response BLOB NOT NULL,
     PRIMARY KEY (flow_id, request_id));
+CREATE TABLE IF NOT EXISTS passivated (flow_id TEXT PRIMARY KEY, wake_at REAL);
+CREATE INDEX IF NOT EXISTS passivated_wake ON passivated (wake_at);
 CREATE TABLE IF NOT EXISTS streams (
     flow_id TEXT NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
     created_at REAL NOT NULL, source TEXT NOT NULL, value BLOB NOT NULL,
@@ -212,6 +214,7 @@ class SqliteFlowStore:
             epoch = int(
                 db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (flow_id,)).fetchone()[0]
             )
+            db.execute("DELETE FROM passivated WHERE flow_id=?", (flow_id,))
             loaded = self._load_sync(flow_id)
             db.execute("COMMIT")
         except BaseException:
@@ -440,7 +443,8 @@ class SqliteFlowStore:
         def read() -> list[str]:
             rows = self._db().execute(
                 "SELECT DISTINCT e.flow_id FROM executions e JOIN runs r ON r.flow_id = e.flow_id "
-                "WHERE r.status = ? AND e.status IN (?, ?, ?)",
+                "WHERE r.status = ? AND e.status IN (?, ?, ?) "
+                "AND e.flow_id NOT IN (SELECT flow_id FROM passivated)",
                 (
                     RunStatus.RUNNING.value,
                     ExecStatus.WAIT_FOR.value,
@@ -449,6 +453,49 @@ class SqliteFlowStore:
                 ),
             )
             return [row[0] for row in rows]
+
+        return await self._run(read)
+
+    # -- passivation -------------------------------------------------------------------
+
+    async def passivate(self, flow_id: str, epoch: int, wake_at: float | None) -> None:
+        def write() -> None:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (flow_id,)).fetchone()
+                current = None if row is None else int(row[0])
+                if current != epoch:
+                    raise StaleEpochError(flow_id, epoch, current)
+                db.execute("INSERT OR REPLACE INTO passivated VALUES (?, ?)", (flow_id, wake_at))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def due_passivated(self, now: float) -> list[str]:
+        def read() -> list[str]:
+            rows = self._db().execute(
+                "SELECT flow_id FROM passivated WHERE wake_at IS NOT NULL AND wake_at <= ? "
+                "ORDER BY wake_at",
+                (now,),
+            )
+            return [row[0] for row in rows]
+
+        return await self._run(read)
+
+    async def next_passivated_wake(self) -> float | None:
+        def read() -> float | None:
+            row = self._db().execute("SELECT MIN(wake_at) FROM passivated").fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+
+        return await self._run(read)
+
+    async def passivated_count(self) -> int:
+        def read() -> int:
+            return int(self._db().execute("SELECT COUNT(*) FROM passivated").fetchone()[0])
 
         return await self._run(read)
 

@@ -83,6 +83,20 @@ class FlowStore(Protocol):
     async def runs_with_work(self) -> list[str]:
         """Running runs with an execution that needs a host (not only waiting)."""
 
+    async def passivate(self, flow_id: str, epoch: int, wake_at: float | None) -> None:
+        """Record that no host holds the run (fenced by ``epoch``, like a commit);
+        ``wake_at`` is when a timer needs it back (``None``: only a client call).
+        The next :meth:`activate` clears the record."""
+
+    async def due_passivated(self, now: float) -> list[str]:
+        """Passivated runs whose ``wake_at`` has come."""
+
+    async def next_passivated_wake(self) -> float | None:
+        """The earliest ``wake_at`` of a passivated run, if any."""
+
+    async def passivated_count(self) -> int:
+        """How many runs are passivated (no host holds them)."""
+
     async def append_stream(
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
     ) -> int:

@@ -1,0 +1,70 @@
+"""Finding (or creating) the actors of an engine namespace: hosts and the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dex_agents_ray.engine._placement import Placement, PlacementMode
+from dex_agents_ray.engine._store import StoreConfig
+
+SCHEDULER_NAME = "dexscheduler"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    """What every host and the scheduler of one namespace are built with (plain data)."""
+
+    store: StoreConfig
+    namespace: str
+    placement: Placement
+    passivate_after: float | None
+    """Seconds a run may sit idle (only waiting) before it leaves memory; ``None``: never."""
+
+
+_classes: dict[str, Any] = {}
+
+
+def _remote_class(name: str) -> Any:
+    if name not in _classes:
+        import ray
+
+        if name == "host":
+            from dex_agents_ray.engine._host import FlowHost
+
+            _classes[name] = ray.remote(FlowHost)
+        else:
+            from dex_agents_ray.engine._scheduler import FlowScheduler
+
+            _classes[name] = ray.remote(FlowScheduler)
+    return _classes[name]
+
+
+def _actor_options(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        "num_cpus": 0,
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "max_concurrency": 10_000,
+    }
+
+
+def host_handle(config: HostConfig, flow_id: str) -> Any:
+    """The host actor of ``flow_id`` (created on demand, by name)."""
+    placement = config.placement
+    name = placement.host_name(flow_id)
+    if placement.mode is PlacementMode.DEDICATED:
+        args: tuple[Any, ...] = (config, flow_id, None)
+    else:
+        args = (config, None, placement.slot(flow_id))
+    return _remote_class("host").options(**_actor_options(name, config.namespace)).remote(*args)
+
+
+def scheduler_handle(config: HostConfig) -> Any:
+    """The namespace's scheduler actor (created on demand, by name)."""
+    options = _actor_options(SCHEDULER_NAME, config.namespace)
+    return _remote_class("scheduler").options(**options).remote(config)

@@ -1,0 +1,69 @@
+"""The scheduler: brings passivated runs back when their timers come due.
+
+One detached actor per namespace. Hosts tell it when they passivate a run with
+a timer; it sleeps until the earliest due time in the store (re-reading it
+after every notification, and at least every 30 s), then activates each due
+run through its host. A year-long wait costs one row in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from dex_agents_ray.engine._errors import HostPassivatedError, unwrap
+from dex_agents_ray.engine._hosts import HostConfig, host_handle
+from dex_agents_ray.engine._store import FlowStore, open_store
+
+logger = logging.getLogger("dex_agents_ray.engine")
+
+_MAX_SLEEP = 30.0
+
+
+class FlowScheduler:
+    """See the module docstring."""
+
+    async def __init__(self, config: HostConfig) -> None:  # type: ignore[misc]
+        self._config = config
+        self._store: FlowStore = open_store(config.store)
+        await self._store.open()
+        self._wakeup = asyncio.Event()
+        self.woken = 0
+        self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    def notify(self) -> None:
+        """A run was passivated with a timer: look at the due times again."""
+        self._wakeup.set()
+
+    def woken_runs(self) -> int:
+        """How many activations the scheduler made (for tests and monitoring)."""
+        return self.woken
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                for flow_id in await self._store.due_passivated(time.time()):
+                    await self._wake(flow_id)
+                due = await self._store.next_passivated_wake()
+            except Exception:
+                logger.exception("scheduler: reading due runs failed; retrying")
+                due = time.time() + 1.0
+            delay = _MAX_SLEEP if due is None else min(_MAX_SLEEP, max(0.01, due - time.time()))
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _wake(self, flow_id: str) -> None:
+        import ray.exceptions
+
+        for _ in range(100):
+            try:
+                unwrap(await host_handle(self._config, flow_id).wake.remote(flow_id))
+                self.woken += 1
+                return
+            except (HostPassivatedError, ray.exceptions.RayActorError):
+                await asyncio.sleep(0.05)  # the host is leaving; the next one takes the run
+        logger.warning("scheduler: could not wake run %s", flow_id)

@@ -1,0 +1,85 @@
+"""Passivation: runs that only wait leave memory; a client call or a due timer brings them back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import ray
+from dex import FlowStatus
+
+from dex_agents_ray.engine._hosts import SCHEDULER_NAME
+from tests.engine.flows_crash import TimerFlow, TimerJob
+
+IDLE = timedelta(seconds=1)
+
+
+def _actors(namespace: str) -> list[str]:
+    return sorted(
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace
+    )
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        await asyncio.sleep(0.05)
+
+
+async def _passivated(engine: Any, namespace: str, host: str | None) -> None:
+    async def gone() -> bool:
+        count = await engine.store.passivated_count()
+        return count == 1 and (host is None or host not in _actors(namespace))
+
+    await _until(gone, "passivation")
+
+
+async def test_waiting_run_leaves_its_process_and_a_client_call_brings_it_back(
+    engine_factory: Any, namespace: str
+) -> None:
+    flow = TimerFlow()
+    engine = await engine_factory([flow], passivate_after=IDLE)
+    await engine.client.start_flow(flow, "idle-1", TimerJob(seconds=3600))
+    await _passivated(engine, namespace, "dexrun:idle-1")
+    assert _actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
+
+    assert await engine.client.invoke_rpc(flow.wake, "idle-1", "back") is True
+    result = await engine.client.wait_for_flow("idle-1", timeout=60)
+
+    assert result.completions[0].decode(dict[str, Any]) == {"timer_fired": False, "woke": ["back"]}
+    assert await engine.store.passivated_count() == 0
+
+
+async def test_durable_timer_fires_while_passivated(engine_factory: Any, namespace: str) -> None:
+    flow = TimerFlow()
+    engine = await engine_factory([flow], passivate_after=IDLE)
+    await engine.client.start_flow(flow, "idle-2", TimerJob(seconds=5))
+    await _passivated(engine, namespace, "dexrun:idle-2")
+
+    async def completed() -> bool:  # read the store only: no client call may wake it
+        run = await engine.store.get_run("idle-2")
+        return bool(run is not None and run.status.value == "completed")
+
+    await _until(completed, "the scheduler's activation")
+    scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)
+    assert await scheduler.woken_runs.remote() >= 1
+    result = await engine.client.wait_for_flow("idle-2", timeout=60)
+    assert result.completions[0].decode(dict[str, Any]) == {"timer_fired": True, "woke": []}
+
+
+async def test_shared_host_drops_idle_runs_but_stays(engine_factory: Any, namespace: str) -> None:
+    flow = TimerFlow()
+    engine = await engine_factory([flow], passivate_after=IDLE, placement="shared", shared_hosts=1)
+    await engine.client.start_flow(flow, "idle-3", TimerJob(seconds=3600))
+    await _passivated(engine, namespace, None)
+    assert "dexhost:0" in _actors(namespace)
+
+    assert await engine.client.invoke_rpc(flow.wake, "idle-3", "again") is True
+    result = await engine.client.wait_for_flow("idle-3", timeout=60)
+    assert result.status is FlowStatus.COMPLETED

@@ -1,0 +1,144 @@
+"""MCP tools in whole sessions on the engine: retries by effect, a task across a host
+kill, an elicitation answered by the user, and an MCP server from PyPI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from dex_agents_ray import AgentSessionClient, AgentSnapshot, ToolEffect, ToolPolicy
+from dex_agents_ray.mcp import McpStreamableHttpServerConfig, McpToolSource
+from dex_agents_ray.testing import FileGate, kill_flow_actor
+from tests.mcp.agents import CheckpointGatedSource, mcp_flow, time_server
+from tests.mcp.mcp_server import HttpMcpServer
+from tests.mcp.support import eventually
+from tests.session.polling import has_interrupt, read_events, snapshot_when, turn_done
+
+
+async def _answer(sessions: AgentSessionClient, session_id: str) -> AgentSnapshot:
+    done = await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+    assert done.state is not None and done.state.last_turn_error is None
+    return done
+
+
+async def test_interrupted_calls_are_sent_again_only_when_their_effect_allows(
+    engine_factory: Any, mcp_http: HttpMcpServer
+) -> None:
+    tools = McpToolSource([McpStreamableHttpServerConfig(name="t", url=mcp_http.url)])
+    flow = mcp_flow(
+        "McpRetries",
+        tools,
+        [
+            ("c1", "t__echo", {"text": "hi"}),
+            ("c2", "t__internal_error", {}),
+            ("c3", "t__internal_error_write", {}),
+        ],
+        tool_policies={"t__internal_error_write": ToolPolicy(ToolEffect.UNCLASSIFIED, False)},
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("retries", "go")
+    done = await _answer(sessions, "retries")
+
+    answer = done.messages[-1].text or ""
+    assert 't__echo: {"arguments": {"text": "hi"}' in answer
+    assert "t__internal_error: The tool call failed: " in answer
+    assert "t__internal_error_write: The tool call's outcome is unknown" in answer
+    keys = [
+        meta["io.superdurable.dex/idempotencyKey"]
+        for _, meta in mcp_http.state.called("internal_error")
+    ]
+    assert keys == ["retries/turn-1/c2"] * 3  # a read: 3 attempts, one key
+    assert len(mcp_http.state.called("internal_error_write")) == 1  # never sent again
+
+
+def _checkpoint_stored(store: Path, session_id: str) -> bool:
+    """Whether the store holds a heartbeat checkpoint of the session's ``CallTool``."""
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        docs = [
+            json.loads(doc)
+            for (doc,) in db.execute("SELECT doc FROM executions WHERE flow_id = ?", (session_id,))
+        ]
+    return any(d["step_type"] == "CallTool" and d.get("heartbeat") for d in docs)
+
+
+async def test_a_task_runs_across_a_host_kill_and_resumes_from_its_checkpoint(
+    engine_factory: Any, mcp_http: HttpMcpServer, state_dir: Path, store_path: Path
+) -> None:
+    tools = CheckpointGatedSource(
+        [McpStreamableHttpServerConfig(name="t", url=mcp_http.url)], state_dir=str(state_dir)
+    )
+    flow = mcp_flow("McpTaskKill", tools, [("c1", "t__task_write", {})])
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    gate = FileGate(state_dir, "checkpoint-1")
+
+    await sessions.start_session("task-kill", "go")
+    await gate.wait_until_reached(timeout=120)
+
+    async def stored() -> bool:
+        return _checkpoint_stored(store_path, "task-kill")
+
+    await eventually(stored, timeout=60, description="the task checkpoint in the store")
+    await kill_flow_actor(engine, "task-kill")
+    try:
+        done = await _answer(sessions, "task-kill")
+    finally:
+        gate.release()
+
+    assert done.messages[-1].text == "t__task_write: task_write done"
+    assert len(mcp_http.state.called("task_write")) == 1  # resumed, never sent again
+    assert len(mcp_http.state.tasks) == 1
+    events = await read_events(sessions, "task-kill", until_type="turn_completed")
+    kinds = [e.type.value for e in events]
+    assert "tool_task_started" in kinds and kinds.count("mcp.task_status") >= 2
+
+
+async def test_an_elicitation_is_answered_through_answer_question(
+    engine_factory: Any, mcp_http: HttpMcpServer
+) -> None:
+    tools = McpToolSource([McpStreamableHttpServerConfig(name="t", url=mcp_http.url)])
+    flow = mcp_flow("McpQuestion", tools, [("c1", "t__task_ask", {"kind": "enum"})])
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("question", "paint it")
+    asked = await snapshot_when(sessions, "question", has_interrupt, timeout=120)
+    [interrupt] = asked.pending_interrupts
+    assert (interrupt.interrupt_id, interrupt.question) == ("c1-input-1", "Which colour?")
+    assert interrupt.choices == ("red", "blue") and not interrupt.allows_free_text
+    assert not await sessions.answer_question("question", "c1-input-1", "green")
+    assert await sessions.answer_question("question", "c1-input-1", "blue")
+    done = await _answer(sessions, "question")
+
+    assert done.messages[-1].text == 't__task_ask: painted {"answer": "blue"}'
+    [(task_id, responses)] = mcp_http.state.updates
+    assert responses == {"ask-1": {"action": "accept", "content": {"answer": "blue"}}}
+    events = await read_events(sessions, "question", until_type="turn_completed")
+    statuses = [e.payload["status"] for e in events if e.type.value == "mcp.task_status"]
+    assert statuses[0] == "input_required" and statuses[-1] == "completed"
+    assert all(e.payload["task_id"] == task_id for e in events if e.type.value == "mcp.task_status")
+
+
+async def test_an_mcp_server_from_pypi_in_a_session(engine_factory: Any) -> None:
+    flow = mcp_flow(
+        "McpTime",
+        McpToolSource([time_server()]),
+        [("c1", "time__get_current_time", {"timezone": "UTC"})],
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("time", "What time is it?")
+    done = await _answer(sessions, "time")
+
+    answer = done.messages[-1].text or ""
+    assert answer.startswith("time__get_current_time: ")
+    result = json.loads(answer.removeprefix("time__get_current_time: "))
+    assert result["timezone"] == "UTC" and "day_of_week" in result
+    events = await read_events(sessions, "time", until_type="turn_completed")
+    deferred = next(e for e in events if e.type.value == "tool_call_deferred")
+    assert deferred.payload["effect"] == "read" and deferred.payload["requires_approval"] is False

@@ -29,6 +29,9 @@ __all__ = ["MAX_REPEAT_ROUNDS", "INTERRUPTED_CODES", "send_tool_call"]
 MAX_REPEAT_ROUNDS = 10
 """State-only ``input_required`` answers resent at once before the call counts as interrupted."""
 
+HEADER_MISMATCH = -32020
+"""The request's headers do not match its body; the server ran nothing."""
+
 INTERRUPTED_CODES = frozenset({-32603, -32700, -32000, -32001})
 """Internal error, parse error, and the SDK's connection-closed and request-timeout codes:
 the server may have run the call, so it is interrupted, not failed."""
@@ -72,7 +75,10 @@ async def send_tool_call(
         ToolOutcomeUnknownError: A JSON-RPC error with ``outcome: unknown``.
         McpToolCallInterruptedError: The call broke off after it was sent.
     """
+    from dex_agents_ray.mcp._connection import MCPError
+
     request_state: str | None = None
+    relisted = False
     for _ in range(MAX_REPEAT_ROUNDS + 1):
         connection.forget_http_problems()
         try:
@@ -84,6 +90,19 @@ async def send_tool_call(
                 request_state=request_state,
                 progress=progress,
             )
+        except MCPError as error:
+            if error.code != HEADER_MISMATCH or relisted:
+                raise _classify_error(connection, error, where) from error
+            # The server refused the request before running it: it wants the
+            # Mcp-Param-* headers of the tool's listed schema. Learn them, send again.
+            relisted = True
+            try:
+                await connection.learn_tool_headers(tool_name)
+            except Exception as relist_error:
+                raise ToolExecutionError(
+                    f"MCP error {error.code}: {error.message}"
+                ) from relist_error
+            continue
         except Exception as error:  # classified by the outcome table
             raise _classify_error(connection, error, where) from error
         if answer.get("resultType") != "input_required":

@@ -144,6 +144,17 @@ class _HttpAnswers:
             self.problems.append(f"HTTP {response.status_code} with content type {content_type!r}")
 
 
+_MAX_PAGES = 100
+"""Pages read from one listing, so a paginator that never ends cannot hang a request."""
+
+_LISTS: dict[str, tuple[Any, str]] = {
+    "tools": (types.ListToolsRequest, "tools"),
+    "resources": (types.ListResourcesRequest, "resources"),
+    "resource_templates": (types.ListResourceTemplatesRequest, "resourceTemplates"),
+    "prompts": (types.ListPromptsRequest, "prompts"),
+}
+
+
 def _client_version() -> str:
     try:
         return metadata.version("dex-agents-ray")
@@ -215,6 +226,17 @@ class McpConnection:
         """Every page of ``tools/list``, each tool as the server sent it."""
         return await self.list_all("tools", timeout)
 
+    async def learn_tool_headers(self, name: str) -> None:
+        """List tools through the SDK session until ``name`` is seen, so a resent
+        ``tools/call`` carries the ``Mcp-Param-*`` headers its schema asks for."""
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor)
+            page = await self._client.session.list_tools(params=params)
+            cursor = page.next_cursor
+            if cursor is None or any(tool.name == name for tool in page.tools):
+                return
+
     async def get_task(self, task_id: str, timeout: float) -> dict[str, Any]:
         """``tasks/get``: the task in wire form."""
         return await self._send(_GetTask(params=_TaskParams(task_id=task_id)), timeout)
@@ -258,17 +280,6 @@ class McpConnection:
         """``prompts/get`` in wire form."""
         params = types.GetPromptRequestParams(name=name, arguments=arguments)
         return await self._send(types.GetPromptRequest(params=params), timeout)
-
-
-_MAX_PAGES = 100
-"""Pages read from one listing, so a paginator that never ends cannot hang a request."""
-
-_LISTS: dict[str, tuple[Any, str]] = {
-    "tools": (types.ListToolsRequest, "tools"),
-    "resources": (types.ListResourcesRequest, "resources"),
-    "resource_templates": (types.ListResourceTemplatesRequest, "resourceTemplates"),
-    "prompts": (types.ListPromptsRequest, "prompts"),
-}
 
 
 def _build_client(

@@ -32,13 +32,13 @@ from dex_agents_ray.mcp._tools import McpTool, resource_and_prompt_tools, tool_f
 from dex_agents_ray.media import MediaStore
 from dex_agents_ray.session import (
     AgentEventType,
+    AgentEventWriter,
     AgentToolCall,
     AgentTurnContext,
     DeferredToolCall,
     DeferredToolExecution,
     DeferredToolOutcome,
     ToolCallStepOptions,
-    ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
     ToolPolicy,
@@ -49,7 +49,7 @@ from dex_agents_ray.session import (
 )
 
 if TYPE_CHECKING:
-    from dex_agents_ray.mcp._connection import ConnectionSettings, McpConnection, ProgressCallback
+    from dex_agents_ray.mcp._connection import ConnectionSettings, ProgressCallback
 
 __all__ = ["DeferredToolHandler", "McpToolSource"]
 
@@ -364,13 +364,29 @@ class McpToolSource:
         if self.will_resume_tool_task_without_sending(call):
             task_id, interval = _checkpointed_task(call.heartbeat_checkpoint) or ("", 1)
             return ToolTaskStarted(task_id=task_id, poll_interval_seconds=interval)
-        arguments = _parse_arguments(record.arguments)
         meta = {**(request_meta or {}), IDEMPOTENCY_KEY_META_KEY: call.idempotency_key}
-        where = f"{server.name}/{mcp_name}"
-        from dex_agents_ray.mcp._connection import open_connection
-        from dex_agents_ray.mcp._tasks import first_poll_interval
+        return await self._call(server, mcp_name, _parse_arguments(record.arguments), meta, call)
 
-        fields = {"tool_call_id": record.tool_call_id, "tool_name": record.tool_name}
+    async def _call(
+        self,
+        server: McpServerConfig,
+        mcp_name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any],
+        call: DeferredToolExecution | None,
+    ) -> ToolExecutionResult | ToolTaskStarted:
+        """Send one ``tools/call`` on a new connection and record its answer; a task
+        becomes a tool task (Streamable HTTP, a session that polls) or is polled here."""
+        from dex_agents_ray.mcp._connection import open_connection
+        from dex_agents_ray.mcp._tasks import first_poll_interval, wait_in_step
+
+        where = f"{server.name}/{mcp_name}"
+        fields: dict[str, Any] = {}
+        if call is not None:
+            fields = {
+                "tool_call_id": call.tool_call.tool_call_id,
+                "tool_name": call.tool_call.tool_name,
+            }
         try:
             async with open_connection(server, self._settings) as connection:
                 answer = await send_tool_call(
@@ -379,60 +395,47 @@ class McpToolSource:
                     arguments=arguments,
                     meta=meta,
                     timeout=self._request_timeout,
-                    progress=_progress_events(call, fields),
+                    progress=None if call is None else _progress_events(call.events, fields),
                     where=where,
                 )
                 if answer.get("resultType") == "task":
                     task_id = _task_id(answer)
-                    if call.supports_tool_tasks and isinstance(
-                        server, McpStreamableHttpServerConfig
+                    if (
+                        call is not None
+                        and call.supports_tool_tasks
+                        and isinstance(server, McpStreamableHttpServerConfig)
                     ):
                         interval = first_poll_interval(answer)
                         checkpoint = {_CHECKPOINT_KEY: task_id, "poll_interval_seconds": interval}
                         await call.save_heartbeat_checkpoint(json.dumps(checkpoint))
                         return ToolTaskStarted(task_id=task_id, poll_interval_seconds=interval)
-                    return await self._wait_in_step(
-                        connection, answer, call.heartbeat, fields, call, record.effect, where
+
+                    def on_status(task: Mapping[str, Any]) -> None:
+                        if call is not None:
+                            call.events.write_event(
+                                AgentEventType.MCP_TASK_STATUS,
+                                {
+                                    **fields,
+                                    "task_id": task_id,
+                                    "status": task.get("status"),
+                                    "status_message": task.get("statusMessage"),
+                                },
+                            )
+
+                    return await wait_in_step(
+                        connection,
+                        answer,
+                        settings=self._settings,
+                        wait_timeout=self._task_wait_timeout,
+                        heartbeat=_no_heartbeat if call is None else call.heartbeat,
+                        on_status=on_status,
+                        media_store=self._media_store,
+                        effect=None if call is None else call.tool_call.effect,
+                        where=where,
                     )
         except McpConnectionError as error:
             raise ToolExecutionError(str(error)) from error
         return await finish_result(answer, media_store=self._media_store, where=where)
-
-    async def _wait_in_step(
-        self,
-        connection: McpConnection,
-        answer: Mapping[str, Any],
-        heartbeat: Callable[[], Awaitable[None]],
-        fields: Mapping[str, Any],
-        call: DeferredToolExecution | None,
-        effect: ToolEffect | None,
-        where: str,
-    ) -> ToolExecutionResult:
-        from dex_agents_ray.mcp._tasks import wait_in_step
-
-        def on_status(task: Mapping[str, Any]) -> None:
-            if call is not None:
-                call.events.write_event(
-                    AgentEventType.MCP_TASK_STATUS,
-                    {
-                        **fields,
-                        "task_id": _task_id(answer),
-                        "status": task.get("status"),
-                        "status_message": task.get("statusMessage"),
-                    },
-                )
-
-        return await wait_in_step(
-            connection,
-            answer,
-            settings=self._settings,
-            wait_timeout=self._task_wait_timeout,
-            heartbeat=heartbeat,
-            on_status=on_status,
-            media_store=self._media_store,
-            effect=effect,
-            where=where,
-        )
 
     async def _run_resource_tool(self, name: str, arguments: str) -> ToolExecutionResult:
         from dex_agents_ray.mcp._resources import run_resource_tool
@@ -507,7 +510,6 @@ class McpToolSource:
             ToolOutcomeUnknownError: The server reported ``outcome: unknown``.
             McpToolCallInterruptedError: The call broke off after it was sent.
         """
-        from dex_agents_ray.mcp._connection import open_connection
 
         text = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
         tool = next((t for t in await self.list_tools() if t.name == name), None)
@@ -515,29 +517,13 @@ class McpToolSource:
             raise ToolExecutionError(f"unknown tool {name}")
         if tool.server_name is None or tool.mcp_name is None:
             return await self._run_resource_tool(tool.name, text)
-        server = self._servers[tool.server_name]
         meta = dict(request_meta or {})
         if idempotency_key is not None:
             meta[IDEMPOTENCY_KEY_META_KEY] = idempotency_key
-        where = f"{server.name}/{tool.mcp_name}"
-        try:
-            async with open_connection(server, self._settings) as connection:
-                answer = await send_tool_call(
-                    connection,
-                    tool_name=tool.mcp_name,
-                    arguments=_parse_arguments(text),
-                    meta=meta,
-                    timeout=self._request_timeout,
-                    progress=None,
-                    where=where,
-                )
-                if answer.get("resultType") == "task":
-                    return await self._wait_in_step(
-                        connection, answer, _no_heartbeat, {}, None, None, where
-                    )
-        except McpConnectionError as error:
-            raise ToolExecutionError(str(error)) from error
-        return await finish_result(answer, media_store=self._media_store, where=where)
+        server = self._servers[tool.server_name]
+        result = await self._call(server, tool.mcp_name, _parse_arguments(text), meta, None)
+        assert isinstance(result, ToolExecutionResult)  # without a call, tasks are polled here
+        return result
 
 
 async def _no_heartbeat() -> None:
@@ -565,9 +551,9 @@ def _checkpointed_task(checkpoint: str | None) -> tuple[str, int] | None:
     return value[_CHECKPOINT_KEY], interval if isinstance(interval, int) and interval > 0 else 1
 
 
-def _progress_events(call: DeferredToolExecution, fields: Mapping[str, Any]) -> ProgressCallback:
+def _progress_events(events: AgentEventWriter, fields: Mapping[str, Any]) -> ProgressCallback:
     async def report(progress: float, total: float | None, message: str | None) -> None:
-        call.events.write_event(
+        events.write_event(
             AgentEventType.MCP_TOOL_PROGRESS,
             {**fields, "progress": progress, "total": total, "message": message},
         )

@@ -108,6 +108,15 @@ def _server_interval(task: Mapping[str, Any]) -> int | None:
     return max(1, math.ceil(value / 1000))
 
 
+def _step_interval(task: Mapping[str, Any]) -> float:
+    """Seconds between polls in the Step: the server's ``pollIntervalMs`` (default 1 s),
+    from 50 ms to a minute."""
+    value = task.get("pollIntervalMs")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return 1.0
+    return min(max(value / 1000, 0.05), 60.0)
+
+
 def first_poll_interval(handle: Mapping[str, Any]) -> int:
     """Seconds to the first poll: the server's ``pollIntervalMs`` rounded up, else 1."""
     return _server_interval(handle) or 1
@@ -353,8 +362,7 @@ async def wait_in_step(
             raise McpToolCallInterruptedError(
                 f"the MCP task {task_id} of {where} did not finish within {wait_timeout:g} s"
             )
-        interval = min(max((task.get("pollIntervalMs") or 1000) / 1000, 0.05), 60.0)
-        await asyncio.sleep(min(interval, remaining))  # the server's poll interval
+        await asyncio.sleep(min(_step_interval(task), remaining))  # the server's poll interval
         await heartbeat()
         try:
             task = await _get(connection, task_id, settings, effect)

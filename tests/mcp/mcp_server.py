@@ -159,6 +159,11 @@ TOOLS = [
     _tool("not_an_image", annotations=READ),
     _tool("gateway_500", annotations=READ),
     _tool("gateway_html", annotations=READ),
+    _tool(
+        "regional",
+        annotations=READ,
+        properties={"region": {"type": "string", "x-mcp-header": "Region"}},
+    ),
     _tool("task_quick", annotations=READ),
     _tool("task_write", annotations=IDEMPOTENT),
     _tool("task_gated", annotations=IDEMPOTENT),
@@ -213,9 +218,13 @@ class TestServer:
         self.state = state
 
     def build(self) -> Server[Any]:
+        schemas = {tool.name: tool.input_schema for tool in TOOLS}
         server: Server[Any] = Server(
             "dex-test",
             version="1",
+            # Mcp-Param-* headers are checked against these schemas (and never by
+            # calling tools/list, which would count as a listing).
+            get_tool_input_schema=schemas.get,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             on_list_resources=self.list_resources,
@@ -473,6 +482,7 @@ _CALLS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
     "bad_base64": lambda a, m: _image_result(1, "not base64!"),
     "noncanonical_base64": lambda a, m: _image_result(1, "QR=="),  # decodes, but QQ== is canonical
     "not_an_image": lambda a, m: _image_result(1, b64(b"plain text, not an image")),
+    "regional": lambda a, m: _text(f"served {a.get('region')}"),
     "gateway_500": lambda a, m: _text("the gateway answers before this"),
     "gateway_html": lambda a, m: _text("the gateway answers before this"),
 }

@@ -42,6 +42,7 @@ TABLE = {
     "gateway_html": (INTERRUPTED, "HTTP 200 with content type 'text/html'"),
     "repeat_forever": (INTERRUPTED, "the MCP server kept asking to repeat the call"),
     "repeat_once": (None, "repeated after round-2"),
+    "regional": (None, "served eu"),  # refused without Mcp-Param-Region, then sent again
     "ask_direct": (FAILED, f"{NO_INPUT} (an answer to 'Which account?')"),
     "outcome_unknown": (UNKNOWN, "the provider timed out"),
     "outcome_rejected": (FAILED, "the account is frozen"),
@@ -75,7 +76,9 @@ async def test_the_outcome_table(
     with caplog.at_level(logging.WARNING, logger="dex_agents_ray.mcp"):
         for tool in TABLE:
             try:
-                result = await tools.execute_deferred_tool_call(deferred(tools, f"t__{tool}"))
+                arguments = '{"region": "eu"}' if tool == "regional" else "{}"
+                call = deferred(tools, f"t__{tool}", arguments)
+                result = await tools.execute_deferred_tool_call(call)
             except (FAILED, UNKNOWN, INTERRUPTED) as error:
                 seen[tool] = (type(error), error.message)
             else:

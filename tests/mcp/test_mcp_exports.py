@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 import dex_agents_ray.mcp as package
+from dex_agents_ray.builtin_loop import AgentDefinition, ScriptedModelClient, ScriptedModelReply
 from dex_agents_ray.mcp import (
     McpStdioServerConfig,
     McpStreamableHttpServerConfig,
@@ -102,6 +103,26 @@ def test_configurations_are_checked() -> None:
         McpToolSource([http], listing_ttl=timedelta(0))
     with pytest.raises(ValueError, match="source_name must be a non-empty string"):
         McpToolSource([http], source_name="")
+
+
+def test_one_agent_takes_the_resource_and_prompt_tools_from_one_source_only() -> None:
+    http = McpStreamableHttpServerConfig(name="t", url="https://x.example/mcp")
+
+    def sources(*names: str) -> list[McpToolSource]:
+        return [
+            McpToolSource([http], source_name=name, resource_and_prompt_tools_enabled=True)
+            for name in names
+        ]
+
+    def agent(tool_sources: list[McpToolSource]) -> AgentDefinition:
+        model = ScriptedModelClient(lambda request: ScriptedModelReply(text="ok"))
+        return AgentDefinition(name="a", instructions="", model=model, tool_sources=tool_sources)
+
+    assert agent(sources("one")).tool_sources
+    with pytest.raises(ValueError, match="two tool sources are named mcp"):
+        agent([McpToolSource([http]), McpToolSource([http])])
+    with pytest.raises(ValueError, match="two tool sources list a tool named mcp_list_resources"):
+        agent(sources("one", "two"))
 
 
 async def test_a_pickled_source_starts_with_an_empty_cache(mcp_http: HttpMcpServer) -> None:

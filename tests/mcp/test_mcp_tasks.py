@@ -94,13 +94,17 @@ async def test_tasks_are_polled_in_the_step_without_a_poller_and_on_stdio(
         await tools.execute_deferred_tool_call(
             deferred(tools, "t__task_gated", supports_tool_tasks=False)
         )
+    with pytest.raises(ToolExecutionError, match=r"cannot provide yet \(an answer to 'Which"):
+        await tools.execute_deferred_tool_call(
+            deferred(tools, "t__task_ask", supports_tool_tasks=False)
+        )
 
     assert isinstance(in_step, ToolExecutionResult) and in_step.output == "task_quick done"
     assert isinstance(on_stdio, ToolExecutionResult) and on_stdio.output == "task_quick done"
     assert [e["status"] for e in recorded.of_type("mcp.task_status")] == ["working", "completed"]
     assert recorded.heartbeats >= 2
-    gated = next(t for t in mcp_http.state.tasks.values() if t.kind == "task_gated")
-    assert mcp_http.state.cancels == [gated.task_id]
+    kinds = {t.task_id: t.kind for t in mcp_http.state.tasks.values()}
+    assert [kinds[task_id] for task_id in mcp_http.state.cancels] == ["task_gated", "task_ask"]
 
 
 @pytest.mark.parametrize(

@@ -410,25 +410,13 @@ class McpToolSource:
                         await call.save_heartbeat_checkpoint(json.dumps(checkpoint))
                         return ToolTaskStarted(task_id=task_id, poll_interval_seconds=interval)
 
-                    def on_status(task: Mapping[str, Any]) -> None:
-                        if call is not None:
-                            call.events.write_event(
-                                AgentEventType.MCP_TASK_STATUS,
-                                {
-                                    **fields,
-                                    "task_id": task_id,
-                                    "status": task.get("status"),
-                                    "status_message": task.get("statusMessage"),
-                                },
-                            )
-
                     return await wait_in_step(
                         connection,
                         answer,
                         settings=self._settings,
                         wait_timeout=self._task_wait_timeout,
                         heartbeat=_no_heartbeat if call is None else call.heartbeat,
-                        on_status=on_status,
+                        on_status=_status_events(call, fields, task_id),
                         media_store=self._media_store,
                         effect=None if call is None else call.tool_call.effect,
                         where=where,
@@ -549,6 +537,24 @@ def _checkpointed_task(checkpoint: str | None) -> tuple[str, int] | None:
         return None
     interval = value.get("poll_interval_seconds")
     return value[_CHECKPOINT_KEY], interval if isinstance(interval, int) and interval > 0 else 1
+
+
+def _status_events(
+    call: DeferredToolExecution | None, fields: Mapping[str, Any], task_id: str
+) -> Callable[[Mapping[str, Any]], None]:
+    """Writes ``mcp.task_status`` for a task polled in the Step (nothing without a call)."""
+
+    def write(task: Mapping[str, Any]) -> None:
+        if call is not None:
+            payload = {
+                **fields,
+                "task_id": task_id,
+                "status": task.get("status"),
+                "status_message": task.get("statusMessage"),
+            }
+            call.events.write_event(AgentEventType.MCP_TASK_STATUS, payload)
+
+    return write
 
 
 def _progress_events(events: AgentEventWriter, fields: Mapping[str, Any]) -> ProgressCallback:

@@ -32,6 +32,7 @@ from dex_agents_ray.mcp._inputs import (
 from dex_agents_ray.media import MediaStore
 from dex_agents_ray.session import (
     AgentEventType,
+    AgentEventWriter,
     ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
@@ -191,10 +192,10 @@ async def _terminal(
 
 
 def _write_status(
-    poll_events: Any, record_fields: Mapping[str, Any], task: Mapping[str, Any]
+    events: AgentEventWriter, record_fields: Mapping[str, Any], task: Mapping[str, Any]
 ) -> None:
     message = task.get("statusMessage")
-    poll_events.write_event(
+    events.write_event(
         AgentEventType.MCP_TASK_STATUS,
         {**record_fields, "status": task["status"], "status_message": message},
     )

@@ -100,6 +100,8 @@ class RunDriver:
         self._background: set[asyncio.Task[Any]] = set()
         self.last_activity = time.monotonic()
         """When a commit, a client call or a wait last touched the run."""
+        self._premarked: set[str] = set()
+        """Executions whose attempt-1 start this incarnation recorded before running it."""
         self.waiters = 0
         """Client long polls (wait_closed, wait_stream) in progress."""
 
@@ -194,6 +196,7 @@ class RunDriver:
 
     async def commit(self, tx: Tx | Commit, *, replace_run: bool = False) -> Commit:
         """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``."""
+        premarked = self._premark(tx) if isinstance(tx, Tx) else []
         built = tx.build() if isinstance(tx, Tx) else tx
         try:
             await self.store.commit(built, replace_run=replace_run)
@@ -202,10 +205,31 @@ class RunDriver:
             self._on_stale()
             raise
         self.state.apply(built, replace_run=replace_run)
+        self._premarked.update(premarked)
         if isinstance(tx, Tx):
             self._after(tx)
         self._notify()
         return built
+
+    def _premark(self, tx: Tx) -> list[str]:
+        """Record the start of attempt 1 of in-host executions that become ready in
+        ``tx``, in ``tx`` itself: a Step then costs one commit instead of two. The
+        mark is conservative (the spec allows it): if this host dies before the
+        handler runs, the attempt counts as started (``NOT_COMPLETED``)."""
+        if tx.run.status is not RunStatus.RUNNING:
+            return []
+        marked = []
+        for record in tx.staged():
+            if (
+                record.status is ExecStatus.READY
+                and record.remote is None
+                and record.attempts_started == record.attempts_failed == 0
+                and record.next_attempt_at is None
+            ):
+                tx.update(replace(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
+                tx.history(record.exec_id, "attempt_started", {"attempt": 1})
+                marked.append(record.exec_id)
+        return marked
 
     def _after(self, tx: Tx) -> None:
         for exec_id in tx.canceled:
@@ -337,9 +361,13 @@ class RunDriver:
 
     async def _run_execute(self, record: ExecRecord) -> None:
         options = pb.StepOptions.FromString(record.options)
-        if record.attempts_started > record.attempts_failed:
+        premarked = record.exec_id in self._premarked
+        self._premarked.discard(record.exec_id)
+        if record.attempts_started > record.attempts_failed and not premarked:
             # An attempt had started when the previous incarnation of the host died.
             async with self.commit_lock:
+                if record.exec_id not in self.state.execs or not self.state.is_running:
+                    return
                 outcome = AttemptOutcome(
                     error_type="HostDiedError",
                     detail="the host running this attempt stopped before it finished",
@@ -354,14 +382,15 @@ class RunDriver:
         keys = list(options.execute_lock_attribute_keys)
         await self.locks.acquire(keys, record.exec_id)
         try:
-            if record.remote is None:
+            if record.remote is None and not premarked:
                 async with self.commit_lock:
                     if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                         return
                     await self._mark_started(record.exec_id, attempt)
-            outcome = await self._attempt(
-                self.state.execs[record.exec_id], attempt, InvocationMethod.EXECUTE, options
-            )
+            current = self.state.execs.get(record.exec_id)
+            if current is None:
+                return  # canceled while its start was being recorded
+            outcome = await self._attempt(current, attempt, InvocationMethod.EXECUTE, options)
             async with self.commit_lock:
                 if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                     return

@@ -41,7 +41,10 @@ class ExecStatus(StrEnum):
 
     @property
     def is_active(self) -> bool:
-        return self in (ExecStatus.WAIT_FOR, ExecStatus.WAITING, ExecStatus.READY)
+        return self in _ACTIVE
+
+
+_ACTIVE = frozenset({ExecStatus.WAIT_FOR, ExecStatus.WAITING, ExecStatus.READY})
 
 
 def _b64(data: bytes | None) -> str | None:

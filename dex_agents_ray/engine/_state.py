@@ -54,6 +54,7 @@ class RunState:
         self.attributes: dict[str, bytes] = {}
         self.channels: dict[str, list[ChannelMessageRecord]] = {}
         self.execs: dict[str, ExecRecord] = {}
+        """The active executions only (ended ones live in the store), in creation order."""
         self.completions: list[CompletionRecord] = []
 
     def load(
@@ -69,7 +70,7 @@ class RunState:
         self.channels = {}
         for message in messages:
             self.channels.setdefault(message.channel, []).append(message)
-        self.execs = {e.exec_id: e for e in execs}
+        self.execs = {e.exec_id: e for e in execs if e.status.is_active}
         self.completions = list(completions)
 
     def apply(self, commit: Commit, *, replace_run: bool = False) -> None:
@@ -88,7 +89,10 @@ class RunState:
         for name in [n for n, q in self.channels.items() if not q]:
             del self.channels[name]
         for record in commit.executions:
-            self.execs[record.exec_id] = record
+            if record.status.is_active:
+                self.execs[record.exec_id] = record
+            else:
+                self.execs.pop(record.exec_id, None)
         self.completions.extend(commit.completions)
 
     @property
@@ -96,7 +100,7 @@ class RunState:
         return self.run is not None and self.run.status is RunStatus.RUNNING
 
     def active_execs(self) -> list[ExecRecord]:
-        return [e for e in self.execs.values() if e.status.is_active]
+        return list(self.execs.values())
 
     # -- what a handler sees -----------------------------------------------------------
 
@@ -326,6 +330,10 @@ class Tx:
 
     def update(self, record: ExecRecord) -> None:
         self._execs[record.exec_id] = record
+
+    def staged(self) -> list[ExecRecord]:
+        """The executions this transaction changes or creates."""
+        return list(self._execs.values())
 
     def active_snapshot(self) -> list[ExecRecord]:
         seen = {**self._state.execs, **self._execs}

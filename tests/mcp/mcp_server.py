@@ -211,7 +211,7 @@ def _elicitation(message: str, kind: str) -> dict[str, Any]:
     }
 
 
-class TestServer:
+class ServerHandlers:
     """The handlers, bound to one :class:`ServerState`."""
 
     def __init__(self, state: ServerState) -> None:
@@ -553,7 +553,7 @@ class HttpMcpServer:
     def start(self, timeout: float = 30.0) -> str:
         import uvicorn
 
-        app = _Gateway(TestServer(self.state).build().streamable_http_app(host="127.0.0.1"))
+        app = _Gateway(ServerHandlers(self.state).build().streamable_http_app(host="127.0.0.1"))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
@@ -585,7 +585,7 @@ async def _serve_stdio() -> None:
     from mcp.server.stdio import stdio_server
 
     state = ServerState(log_path=os.environ.get("MCP_TEST_LOG"))
-    server = TestServer(state).build()
+    server = ServerHandlers(state).build()
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 

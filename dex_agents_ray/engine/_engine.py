@@ -107,6 +107,7 @@ class FlowEngine:
         owns_ray: bool,
         placement: Placement,
         passivate_after: timedelta | None,
+        host_resources: dict[str, float] | None = None,
     ) -> None:
         self.flows = flows
         self.registry = registry
@@ -123,6 +124,7 @@ class FlowEngine:
             namespace=namespace,
             placement=placement,
             passivate_after=None if passivate_after is None else passivate_after.total_seconds(),
+            host_resources=host_resources,
         )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
@@ -140,6 +142,7 @@ class FlowEngine:
         placement: Placement | str = PlacementMode.DEDICATED,
         shared_hosts: int = 4,
         passivate_after: timedelta | None = None,
+        host_resources: dict[str, float] | None = None,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -163,6 +166,9 @@ class FlowEngine:
                 this long without activity; a dedicated host then exits. The next
                 client call or the namespace's scheduler (for a due timer) brings
                 it back. ``None`` keeps runs resident.
+            host_resources: Custom Ray resources every host actor (and the
+                scheduler) requires, e.g. ``{"sessions": 0.001}`` to keep hosts on
+                the nodes that offer them.
         """
         import ray
         from ray import cloudpickle
@@ -195,6 +201,7 @@ class FlowEngine:
             owns_ray=owns_ray,
             placement=placement,
             passivate_after=passivate_after,
+            host_resources=host_resources,
         )
         if passivate_after is not None:
             if passivate_after.total_seconds() <= 0:

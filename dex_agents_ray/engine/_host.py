@@ -321,6 +321,12 @@ class FlowHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this host runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     async def take_over(self, flow_id: str) -> int:
         """Start a second incarnation of ``flow_id`` with a new epoch; returns it.
 

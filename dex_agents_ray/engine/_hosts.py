@@ -20,6 +20,8 @@ class HostConfig:
     placement: Placement
     passivate_after: float | None
     """Seconds a run may sit idle (only waiting) before it leaves memory; ``None``: never."""
+    host_resources: dict[str, float] | None = None
+    """Custom Ray resources each host actor needs (to keep hosts on some nodes)."""
 
 
 _classes: dict[str, Any] = {}
@@ -40,10 +42,10 @@ def _remote_class(name: str) -> Any:
     return _classes[name]
 
 
-def _actor_options(name: str, namespace: str) -> dict[str, Any]:
-    return {
+def _actor_options(name: str, config: HostConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {
         "name": name,
-        "namespace": namespace,
+        "namespace": config.namespace,
         "lifetime": "detached",
         "get_if_exists": True,
         "num_cpus": 0,
@@ -51,6 +53,9 @@ def _actor_options(name: str, namespace: str) -> dict[str, Any]:
         "max_task_retries": 0,
         "max_concurrency": 10_000,
     }
+    if config.host_resources:
+        options["resources"] = dict(config.host_resources)
+    return options
 
 
 def host_handle(config: HostConfig, flow_id: str) -> Any:
@@ -61,10 +66,10 @@ def host_handle(config: HostConfig, flow_id: str) -> Any:
         args: tuple[Any, ...] = (config, flow_id, None)
     else:
         args = (config, None, placement.slot(flow_id))
-    return _remote_class("host").options(**_actor_options(name, config.namespace)).remote(*args)
+    return _remote_class("host").options(**_actor_options(name, config)).remote(*args)
 
 
 def scheduler_handle(config: HostConfig) -> Any:
     """The namespace's scheduler actor (created on demand, by name)."""
-    options = _actor_options(SCHEDULER_NAME, config.namespace)
+    options = _actor_options(SCHEDULER_NAME, config)
     return _remote_class("scheduler").options(**options).remote(config)

@@ -66,5 +66,6 @@ async def test_image_limits_in_a_session(engine_factory: Any, tmp_path: Path) ->
         "The tool call failed: a message or tool result carries at most "
         f"MAX_IMAGES_PER_MESSAGE ({most}) images, got {most + 1}"
     )
-    assert answer.text == f"screenshots: {result.tool_output} | {saw([])}"
+    # The model sees the error text, and only the first call's images, replayed.
+    assert answer.text == f"screenshots: {result.tool_output} | {saw([SCREENSHOT] * most)}"
     assert log.count("screenshots") == 1 + 2

@@ -342,7 +342,7 @@ class EngineClient:
                     flow_id,
                 )
             wait = 5.0 if remaining is None else min(remaining, 5.0)
-            await self._call(flow_id, "wait_stream", stream.name, wait)
+            await self._call(flow_id, "wait_stream", stream.name, after, wait)
 
     async def list_stream_messages(
         self, flow_id: str, stream: Stream[Any], page_size: int, before_page_token: str = ""

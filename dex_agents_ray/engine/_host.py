@@ -272,15 +272,20 @@ class FlowHost:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
-    async def wait_stream(self, flow_id: str, stream: str, timeout: float | None) -> Envelope:
-        """Wait for the next write to a Stream of this run (long poll)."""
+    async def wait_stream(
+        self, flow_id: str, stream: str, after_offset: int, timeout: float | None
+    ) -> Envelope:
+        """Wait until the Stream has a message past ``after_offset`` (long poll)."""
 
         async def wait() -> bool:
             key = (flow_id, stream)
             waiter = self._stream_waiters.get(key)
-            if waiter is None:
+            if waiter is None or waiter.done():
                 waiter = asyncio.get_running_loop().create_future()
                 self._stream_waiters[key] = waiter
+            # Registered before looking, so a write in between still wakes us.
+            if await self._store.read_stream(flow_id, stream, after_offset, 1):
+                return True
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), timeout)
             except TimeoutError:

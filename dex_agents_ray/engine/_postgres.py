@@ -584,24 +584,7 @@ async def _apply(conn: Connection, c: Commit) -> None:
     """Queue every write of ``c`` (the caller's transaction commits them)."""
     fid = c.flow_id
     if c.run is not None:
-        r = c.run
-        await conn.execute(
-            _UPSERT_RUN,
-            (
-                fid,
-                r.run_id,
-                r.flow_type,
-                r.flow_hash,
-                r.status.value,
-                r.started_at,
-                r.closed_at,
-                r.error_type,
-                r.error_message,
-                json.dumps(r.active_step_types),
-                json.dumps(r.search_attributes, sort_keys=True),
-                r.extra_json(),
-            ),
-        )
+        await conn.execute(_UPSERT_RUN, c.run.row())
     cur = conn.cursor()
     if c.attribute_deletes:
         await conn.execute(

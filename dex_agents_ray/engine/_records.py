@@ -198,6 +198,23 @@ class RunRecord:
     """Indexed Attribute values by index key, as JSON-compatible values."""
     start_request_id: str = ""
 
+    def row(self) -> tuple[Any, ...]:
+        """The ``runs`` table's columns, in order (both stores use this shape)."""
+        return (
+            self.flow_id,
+            self.run_id,
+            self.flow_type,
+            self.flow_hash,
+            self.status.value,
+            self.started_at,
+            self.closed_at,
+            self.error_type,
+            self.error_message,
+            json.dumps(self.active_step_types),
+            json.dumps(self.search_attributes, sort_keys=True),
+            self.extra_json(),
+        )
+
     def extra_json(self) -> str:
         return json.dumps(
             {

@@ -316,24 +316,7 @@ class SqliteFlowStore:
     def _apply(db: sqlite3.Connection, c: Commit) -> None:
         fid = c.flow_id
         if c.run is not None:
-            r = c.run
-            db.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    fid,
-                    r.run_id,
-                    r.flow_type,
-                    r.flow_hash,
-                    r.status.value,
-                    r.started_at,
-                    r.closed_at,
-                    r.error_type,
-                    r.error_message,
-                    json.dumps(r.active_step_types),
-                    json.dumps(r.search_attributes, sort_keys=True),
-                    r.extra_json(),
-                ),
-            )
+            db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", c.run.row())
         for key in c.attribute_deletes:
             db.execute("DELETE FROM attributes WHERE flow_id=? AND key=?", (fid, key))
         db.executemany(

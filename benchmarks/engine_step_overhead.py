@@ -159,8 +159,9 @@ async def main(steps: int, rounds: int, remote_steps: int, runs: int) -> None:
     for name, ms in medians.items():
         print(f"{name:<26}{ms:>10.4f}{ms / sqlite_ms:>17.2f}{ms / plain_ms:>12.0f}")
     print(
-        "\nEach engine step = 2 durable commits (attempt start mark, then result + "
-        "next execution) on SQLite WAL synchronous=FULL."
+        "\nAn in-host step is one durable commit (its result, the next step, and that "
+        "step's start mark) on SQLite WAL synchronous=FULL; a remote step adds its own "
+        "start-mark commit and a task round trip."
     )
     rates = await throughput(directory, runs, steps // 2, max(1, rounds // 2))
     print(f"\n{runs} concurrent runs of {steps // 2} in-actor steps (medians, steps/s):")

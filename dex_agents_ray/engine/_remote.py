@@ -130,7 +130,7 @@ def run_remote_step(
         )
 
     try:
-        result = asyncio.run(
+        result = _task_loop().run_until_complete(
             invoke_step(
                 mapper,
                 flow,
@@ -145,6 +145,18 @@ def run_remote_step(
         if sent:
             ray.get(sent)
     return encode_result(result)
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _task_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per worker process, reused by every Step task it runs
+    (``asyncio.run`` would build and tear one down per task)."""
+    global _loop
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+    return _loop
 
 
 _remote_function: Any = None

@@ -16,6 +16,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from dex_agents_ray.builtin_loop._validation import json_type_name
+
 __all__ = ["decode_value", "schema_for_hint"]
 
 _SCALARS: dict[object, str] = {
@@ -28,18 +30,12 @@ _SCALARS: dict[object, str] = {
 }
 
 
+_CONSTANT_TYPES = frozenset({"null", "boolean", "integer", "number", "string"})
+
+
 def _json_type_of_constant(value: object) -> str | None:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return None
+    kind = json_type_name(value)
+    return kind if kind in _CONSTANT_TYPES else None
 
 
 def _enum_schema(values: list[object], where: str) -> dict[str, Any]:

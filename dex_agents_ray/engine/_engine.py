@@ -14,6 +14,7 @@ from dex._value_mapper import ValueMapper
 from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._client import EngineClient
+from dex_agents_ray.engine._codecs import CachingCodecRegistry
 from dex_agents_ray.engine._hosts import (
     SCHEDULER_NAME,
     HostConfig,
@@ -173,7 +174,9 @@ class FlowEngine:
         import ray
         from ray import cloudpickle
 
-        registry = Registry(list(flows), codec_registry, allow_async_handlers=True)
+        registry = Registry(
+            list(flows), CachingCodecRegistry(codec_registry), allow_async_handlers=True
+        )
         if not isinstance(placement, Placement):
             placement = Placement(mode=PlacementMode(placement), shared_hosts=shared_hosts)
         namespace = namespace or DEFAULT_NAMESPACE

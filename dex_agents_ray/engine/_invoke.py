@@ -480,4 +480,6 @@ async def invoke_rpc(
 
 def build_registry(flow: Flow[Any], codec_registry: Any = None) -> Registry:
     """The SDK Registry for one Flow, with async handlers allowed."""
-    return Registry([flow], codec_registry, allow_async_handlers=True)
+    from dex_agents_ray.engine._codecs import CachingCodecRegistry
+
+    return Registry([flow], CachingCodecRegistry(codec_registry), allow_async_handlers=True)

@@ -1,0 +1,114 @@
+"""The engine's caching codec registry encodes and decodes exactly as the SDK's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+import pytest
+from dex import CodecRegistry, JsonCodec
+
+from dex_agents_ray import (
+    AgentInterrupt,
+    AgentMessage,
+    AgentState,
+    AgentStatus,
+    AgentToolCall,
+    AgentToolCallStatus,
+    InterruptKind,
+    MessageRole,
+    ToolEffect,
+)
+from dex_agents_ray.engine._codecs import CachingCodecRegistry
+from dex_agents_ray.media import AgentImageReference
+
+
+class Color(Enum):
+    RED = "red"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    children: list[Node] = field(default_factory=list)
+    tags: dict[str, int] = field(default_factory=dict)
+    color: Color = Color.RED
+    seen: datetime | None = None
+    pair: tuple[int, ...] = ()
+
+
+def _samples() -> list[tuple[object, Any]]:
+    image = AgentImageReference(
+        uri="file:///tmp/a.png", mime_type="image/png", sha256="a" * 64, size_bytes=10
+    )
+    return [
+        (Node, Node("root", [Node("leaf", tags={"a": 1})], seen=datetime(2026, 1, 1, tzinfo=UTC))),
+        (list[Node], [Node("x", pair=(1, 2))]),
+        (dict[str, Node], {"k": Node("v")}),
+        (
+            AgentToolCall,
+            AgentToolCall(
+                tool_call_id="c1",
+                turn_id="turn-1",
+                tool_name="refund",
+                arguments='{"a": 1}',
+                effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+                requires_approval=True,
+                status=AgentToolCallStatus.OUTCOME_UNKNOWN,
+                deferral_order=0,
+                images=(image,),
+                choices=("yes", "no"),
+            ),
+        ),
+        (
+            AgentInterrupt,
+            AgentInterrupt(
+                interrupt_id="i",
+                kind=InterruptKind.QUESTION,
+                tool_call_id="c",
+                tool_name="ask_user",
+                turn_id="turn-2",
+                arguments="{}",
+            ),
+        ),
+        (
+            AgentMessage,
+            AgentMessage(sequence=1, turn_id="turn-1", role=MessageRole.USER, framework_item="{}"),
+        ),
+        (AgentState, AgentState(status=AgentStatus.RUNNING_TOOLS, turn_count=3)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_samples())))
+def test_round_trip_matches_the_sdk(index: int) -> None:
+    hint, value = _samples()[index]
+    sdk, ours = CodecRegistry().resolve(hint), CachingCodecRegistry().resolve(hint)
+    wire = sdk.encode(value)
+    assert ours.encode(value) == wire
+    # Equal to what the SDK decodes, including its quirks (an Optional datetime
+    # stays a string there; the session's values coerce such fields themselves).
+    assert ours.decode(wire) == sdk.decode(wire)
+
+
+def test_bad_values_fail_as_in_the_sdk() -> None:
+    sdk, ours = CodecRegistry().resolve(Node), CachingCodecRegistry().resolve(Node)
+    for payload in (
+        '{"name": 5, "children": [], "tags": {}, "color": "red", "seen": null, "pair": []}',
+        '"not an object"',
+    ):
+        bad = sdk.encode(Node("x")).__class__(sdk.encode(Node("x")).kind, payload)
+        with pytest.raises(TypeError):
+            sdk.decode(bad)
+        with pytest.raises(TypeError):
+            ours.decode(bad)
+
+
+def test_custom_codecs_keep_precedence_and_resolutions_are_cached() -> None:
+    custom = JsonCodec("Node", lambda data: Node("custom"), lambda node: {}, Node)
+    ours = CachingCodecRegistry(CodecRegistry({Node: custom}))
+    assert ours.resolve(Node) is custom
+    assert CachingCodecRegistry().resolve(list[int]) is not None
+    registry = CachingCodecRegistry()
+    assert registry.resolve(AgentToolCall) is registry.resolve(AgentToolCall)

@@ -81,19 +81,18 @@ _PER_RUN_TABLES = (
 
 @dataclass
 class _Pending:
-    """A commit waiting for the transaction that will carry it."""
+    """A write waiting for the transaction that will carry it."""
 
-    commit: Commit
-    replace_run: bool
-    done: asyncio.Future[None]
+    write: Callable[[sqlite3.Connection], Any]
+    done: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
 
 
-def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
+def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if done.done():
         return
     if error is None:
-        done.set_result(None)
+        done.set_result(result)
     else:
         done.set_exception(error)
 
@@ -258,20 +257,24 @@ class SqliteFlowStore:
         """Apply ``commit``, sharing one transaction and one fsync with the
         commits queued at the same time (group commit); returns once the
         transaction that covers it is durable."""
+        await self._grouped(lambda db: self._commit_body(db, commit, replace_run))
+
+    async def _grouped(self, write: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``write`` in the next group transaction; its result once durable."""
         if self._executor is None:
             raise RuntimeError("the store is not open")
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
+        done: asyncio.Future[T] = loop.create_future()
         with self._pending_lock:
-            self._pending.append(_Pending(commit, replace_run, done, loop))
+            self._pending.append(_Pending(write, done, loop))
             schedule = not self._flush_scheduled
             self._flush_scheduled = True
         if schedule:
             self._executor.submit(self._flush)
-        await done
+        return await done
 
     def _flush(self) -> None:
-        """Write every queued commit in one transaction; one savepoint each, so a
+        """Write every queued write in one transaction; one savepoint each, so a
         refused commit (a stale epoch) rolls back alone."""
         with self._pending_lock:
             batch, self._pending = self._pending, []
@@ -279,28 +282,28 @@ class SqliteFlowStore:
         if not batch:
             return
         db = self._db()
-        outcomes: list[BaseException | None] = []
+        outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             db.execute("BEGIN IMMEDIATE")
             for item in batch:
-                db.execute("SAVEPOINT one_commit")
+                db.execute("SAVEPOINT one_write")
                 try:
-                    self._commit_body(db, item.commit, item.replace_run)
+                    result = item.write(db)
                 except Exception as error:
-                    db.execute("ROLLBACK TO one_commit")
-                    outcomes.append(error)
+                    db.execute("ROLLBACK TO one_write")
+                    outcomes.append((None, error))
                 else:
-                    outcomes.append(None)
-                db.execute("RELEASE one_commit")
+                    outcomes.append((result, None))
+                db.execute("RELEASE one_write")
             db.execute("COMMIT")
             self.commits_written += len(batch)
             self.transactions_written += 1
         except BaseException as error:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            outcomes = [error] * len(batch)
-        for item, outcome in zip(batch, outcomes, strict=True):
-            item.loop.call_soon_threadsafe(_settle, item.done, outcome)
+            outcomes = [(None, error)] * len(batch)
+        for item, (result, outcome) in zip(batch, outcomes, strict=True):
+            item.loop.call_soon_threadsafe(_settle, item.done, result, outcome)
 
     def _commit_body(self, db: sqlite3.Connection, commit: Commit, replace_run: bool) -> None:
         row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)).fetchone()
@@ -487,28 +490,22 @@ class SqliteFlowStore:
     async def append_stream(
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
     ) -> int:
-        def append() -> int:
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                last = db.execute(
-                    "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
-                    (flow_id, stream),
-                ).fetchone()[0]
-                offset = int(last) + 1
-                db.execute(
-                    "INSERT INTO streams VALUES (?,?,?,?,?,?)",
-                    (flow_id, stream, offset, time.time(), source, value),
-                )
-                if capacity_bytes > 0:
-                    self._trim_stream(db, flow_id, stream, capacity_bytes)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        def append(db: sqlite3.Connection) -> int:
+            last = db.execute(
+                "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
+                (flow_id, stream),
+            ).fetchone()[0]
+            offset = int(last) + 1
+            db.execute(
+                "INSERT INTO streams VALUES (?,?,?,?,?,?)",
+                (flow_id, stream, offset, time.time(), source, value),
+            )
+            if capacity_bytes > 0:
+                self._trim_stream(db, flow_id, stream, capacity_bytes)
             return offset
 
-        return await self._run(append)
+        # Streams ride in the group transactions of the commits around them.
+        return await self._grouped(append)
 
     @staticmethod
     def _trim_stream(db: sqlite3.Connection, flow_id: str, stream: str, capacity: int) -> None:

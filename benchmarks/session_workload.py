@@ -40,6 +40,7 @@ from dex_agents_ray.builtin_loop import (
     function_tool,
 )
 from dex_agents_ray.engine import FlowEngine, RayTaskOptions
+from dex_agents_ray.engine._engine import task_worker_system_config
 
 TURNS = 10
 TOOLS = 3
@@ -176,7 +177,12 @@ def sqlite_floor(directory: Path, steps: int = 500) -> float:
 async def main(sessions_c1: int, concurrency: int, idle_sessions: int) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     directory = Path(tempfile.mkdtemp(prefix="dex-session-bench-"))
-    ray.init(include_dashboard=False, namespace="bench", log_to_driver=False)
+    ray.init(
+        include_dashboard=False,
+        namespace="bench",
+        log_to_driver=False,
+        _system_config=task_worker_system_config(),
+    )
     try:
         floor = sqlite_floor(directory)
         rows = {}

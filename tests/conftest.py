@@ -24,9 +24,12 @@ def ray_session() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
+        from dex_agents_ray.engine._engine import task_worker_system_config
+
         ray.init(
             num_cpus=2,
             include_dashboard=False,
+            _system_config=task_worker_system_config(),
             namespace=f"tests-{uuid.uuid4().hex[:8]}",
             log_to_driver=False,
         )

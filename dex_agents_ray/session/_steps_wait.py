@@ -125,6 +125,38 @@ def _resolved_event(
     )
 
 
+def _withdraw(
+    context: Context,
+    config: SessionConfig,
+    record: AgentToolCall,
+    interrupt_id: str,
+    kind: InterruptKind,
+    *,
+    cancellation: ToolCallCancellation | None = None,
+    rejection_message: str | None = None,
+) -> StepDecision:
+    """End a waiting call whose interrupt was cancelled or expired: remove the
+    interrupt, write ``interrupt_resolved``, record the call ``rejected``."""
+    _remove_interrupt(context, interrupt_id)
+    _resolved_event(
+        context,
+        config,
+        record,
+        interrupt_id,
+        kind=kind,
+        approved=False,
+        rejection_message=rejection_message,
+        cancellation=cancellation,
+    )
+    changes: dict[str, Any] = {}
+    if cancellation is not None:
+        changes["cancellation_reason"] = cancellation.reason
+    if rejection_message is not None:
+        changes["rejection_message"] = rejection_message
+    finish_record(context, config, record, AgentToolCallStatus.REJECTED, **changes)
+    return dex.dead_end()
+
+
 def _record_exists(context: Context, tool_call_id: str) -> bool:
     """Whether the turn has a call with this ID (its instance is loaded when it matters)."""
     try:
@@ -198,43 +230,18 @@ class AwaitToolApproval(_WaitStep):
             TOOL_CALL_CANCELLATIONS.results(context, input)
         )
         if cancellation is not None:
-            _remove_interrupt(context, input)
-            _resolved_event(
-                context,
-                config,
-                record,
-                input,
-                kind=InterruptKind.APPROVAL,
-                approved=False,
-                cancellation=cancellation,
+            return _withdraw(
+                context, config, record, input, InterruptKind.APPROVAL, cancellation=cancellation
             )
-            finish_record(
-                context,
-                config,
-                record,
-                AgentToolCallStatus.REJECTED,
-                cancellation_reason=cancellation.reason,
-            )
-            return dex.dead_end()
         if _deadline_passed(context, input):
-            _remove_interrupt(context, input)
-            _resolved_event(
+            return _withdraw(
                 context,
                 config,
                 record,
                 input,
-                kind=InterruptKind.APPROVAL,
-                approved=False,
+                InterruptKind.APPROVAL,
                 rejection_message=APPROVAL_DEADLINE_PASSED,
             )
-            finish_record(
-                context,
-                config,
-                record,
-                AgentToolCallStatus.REJECTED,
-                rejection_message=APPROVAL_DEADLINE_PASSED,
-            )
-            return dex.dead_end()
         # A Timer that fired early, or an answer that committed with the deadline: wait again.
         return dex.go_to_many(approval_movement(input))
 
@@ -287,24 +294,14 @@ class AwaitQuestionAnswer(_WaitStep):
             TOOL_CALL_CANCELLATIONS.results(context, input)
         )
         if cancellation is not None and record.task_id is None:
-            _remove_interrupt(context, interrupt_id)
-            _resolved_event(
+            return _withdraw(
                 context,
                 self.config,
                 record,
                 interrupt_id,
-                kind=InterruptKind.QUESTION,
-                approved=False,
+                InterruptKind.QUESTION,
                 cancellation=cancellation,
             )
-            finish_record(
-                context,
-                self.config,
-                record,
-                AgentToolCallStatus.REJECTED,
-                cancellation_reason=cancellation.reason,
-            )
-            return dex.dead_end()
         if _deadline_passed(context, interrupt_id):
             _remove_interrupt(context, interrupt_id)
             _resolved_event(

@@ -22,6 +22,7 @@ from dex_agents_ray.engine._errors import Envelope, HostPassivatedError, envelop
 from dex_agents_ray.engine._hosts import HostConfig
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
 from dex_agents_ray.engine._placement import PlacementMode
+from dex_agents_ray.engine._records import StreamAppend
 from dex_agents_ray.engine._remote import load_definition
 from dex_agents_ray.engine._store import FlowStore, open_store
 
@@ -255,22 +256,31 @@ class FlowHost:
         self, flow_id: str, queue: asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]
     ) -> None:
         while True:
-            stream, source, write = await queue.get()
-            try:
-                await self._store.append_stream(
-                    flow_id,
-                    stream,
-                    source,
-                    write.value.SerializeToString(),
-                    write.stream_capacity_bytes,
+            # Everything queued meanwhile goes in one append (one transaction), in order.
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            appends = [
+                StreamAppend(
+                    stream=stream,
+                    source=source,
+                    value=write.value.SerializeToString(),
+                    capacity_bytes=write.stream_capacity_bytes,
                 )
+                for stream, source, write in batch
+            ]
+            try:
+                await self._store.append_streams(flow_id, appends)
             except Exception:
                 logger.exception(
-                    "run %s: Stream %s write lost (streams are best effort)", flow_id, stream
+                    "run %s: %d Stream write(s) lost (streams are best effort)",
+                    flow_id,
+                    len(appends),
                 )
-            waiter = self._stream_waiters.pop((flow_id, stream), None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            for stream in dict.fromkeys(item.stream for item in appends):
+                waiter = self._stream_waiters.pop((flow_id, stream), None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
     async def wait_stream(
         self, flow_id: str, stream: str, after_offset: int, timeout: float | None

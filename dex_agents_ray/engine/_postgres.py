@@ -24,7 +24,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dex_agents_ray.engine._records import (
@@ -38,6 +38,7 @@ from dex_agents_ray.engine._records import (
     LoadedRun,
     RunRecord,
     RunStatus,
+    StreamAppend,
     StreamRecord,
 )
 
@@ -518,24 +519,35 @@ class PostgresFlowStore:
     async def append_stream(
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
     ) -> int:
-        return await self._run(self._append_stream, flow_id, stream, source, value, capacity_bytes)
+        appended = StreamAppend(
+            stream=stream, source=source, value=value, capacity_bytes=capacity_bytes
+        )
+        (offset,) = await self.append_streams(flow_id, (appended,))
+        return offset
+
+    async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
+        return await self._run(self._append_streams, flow_id, tuple(appends))
 
     @staticmethod
-    async def _append_stream(
-        pool: AsyncConnectionPool[Connection],
-        flow_id: str,
-        stream: str,
-        source: str,
-        value: bytes,
-        capacity_bytes: int,
-    ) -> int:
-        params = {"f": flow_id, "s": stream, "t": time.time(), "src": source, "v": value}
+    async def _append_streams(
+        pool: AsyncConnectionPool[Connection], flow_id: str, appends: tuple[StreamAppend, ...]
+    ) -> list[int]:
+        cursors = []
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            cur = await conn.execute(_APPEND_STREAM, params)
-            if capacity_bytes > 0:
-                await conn.execute(_TRIM_STREAM, {"f": flow_id, "s": stream, "cap": capacity_bytes})
-            row = await cur.fetchone()
-        return _returned(row)
+            for item in appends:
+                params = {
+                    "f": flow_id,
+                    "s": item.stream,
+                    "t": time.time(),
+                    "src": item.source,
+                    "v": item.value,
+                }
+                cursors.append(await conn.execute(_APPEND_STREAM, params))
+                if item.capacity_bytes > 0:
+                    trim = {"f": flow_id, "s": item.stream, "cap": item.capacity_bytes}
+                    await conn.execute(_TRIM_STREAM, trim)
+            rows = [await cur.fetchone() for cur in cursors]
+        return [_returned(row) for row in rows]
 
     async def read_stream(
         self, flow_id: str, stream: str, after_offset: int, limit: int

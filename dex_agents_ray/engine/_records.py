@@ -292,6 +292,16 @@ class LoadedRun:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StreamAppend:
+    """One message to append to a run's Stream (see ``FlowStore.append_streams``)."""
+
+    stream: str
+    source: str
+    value: bytes
+    capacity_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamRecord:
     offset: int
     created_at: float

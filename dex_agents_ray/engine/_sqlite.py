@@ -7,7 +7,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from dex_agents_ray.engine._records import (
     LoadedRun,
     RunRecord,
     RunStatus,
+    StreamAppend,
     StreamRecord,
 )
 from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
@@ -490,19 +491,29 @@ class SqliteFlowStore:
     async def append_stream(
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
     ) -> int:
-        def append(db: sqlite3.Connection) -> int:
-            last = db.execute(
-                "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
-                (flow_id, stream),
-            ).fetchone()[0]
-            offset = int(last) + 1
-            db.execute(
-                "INSERT INTO streams VALUES (?,?,?,?,?,?)",
-                (flow_id, stream, offset, time.time(), source, value),
-            )
-            if capacity_bytes > 0:
-                self._trim_stream(db, flow_id, stream, capacity_bytes)
-            return offset
+        appended = StreamAppend(
+            stream=stream, source=source, value=value, capacity_bytes=capacity_bytes
+        )
+        (offset,) = await self.append_streams(flow_id, (appended,))
+        return offset
+
+    async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
+        def append(db: sqlite3.Connection) -> list[int]:
+            offsets = []
+            for item in appends:
+                last = db.execute(
+                    "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
+                    (flow_id, item.stream),
+                ).fetchone()[0]
+                offset = int(last) + 1
+                db.execute(
+                    "INSERT INTO streams VALUES (?,?,?,?,?,?)",
+                    (flow_id, item.stream, offset, time.time(), item.source, item.value),
+                )
+                if item.capacity_bytes > 0:
+                    self._trim_stream(db, flow_id, item.stream, item.capacity_bytes)
+                offsets.append(offset)
+            return offsets
 
         # Streams ride in the group transactions of the commits around them.
         return await self._grouped(append)

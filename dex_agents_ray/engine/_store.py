@@ -8,6 +8,7 @@ PostgreSQL store implements the same methods.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +19,7 @@ from dex_agents_ray.engine._records import (
     HistoryRecord,
     LoadedRun,
     RunRecord,
+    StreamAppend,
     StreamRecord,
 )
 
@@ -101,6 +103,9 @@ class FlowStore(Protocol):
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
     ) -> int:
         """Append a message, trim the oldest past ``capacity_bytes``; return its offset."""
+
+    async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
+        """Append messages in order, in one transaction; return their offsets."""
 
     async def read_stream(
         self, flow_id: str, stream: str, after_offset: int, limit: int

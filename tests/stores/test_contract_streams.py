@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from dex_agents_ray.engine._records import StreamAppend
 from tests.stores.conftest import Backend
 from tests.stores.records import opened
 
@@ -62,3 +63,22 @@ async def test_concurrent_appends_get_distinct_offsets(backend: Backend) -> None
         )
         assert sorted(offsets) == list(range(1, 21))
         assert len(await first.read_stream("a", "s", 0, 100)) == 20
+
+
+async def test_a_batch_appends_in_order_in_one_transaction(backend: Backend) -> None:
+    async with opened(backend.config) as store:
+        await store.append_stream("a", "s", "src", b"0001", 10)
+        batch = [
+            StreamAppend(stream="s", source="Step-1", value=b"0002", capacity_bytes=10),
+            StreamAppend(stream="t", source="Step-1", value=b"t1", capacity_bytes=0),
+            StreamAppend(stream="s", source="Step-2", value=b"0003", capacity_bytes=10),
+            StreamAppend(stream="s", source="Step-2", value=b"0004", capacity_bytes=10),
+        ]
+        assert await store.append_streams("a", batch) == [2, 1, 3, 4]
+        kept = await store.read_stream("a", "s", 0, 10)
+        assert [(r.offset, r.source, r.value) for r in kept] == [
+            (3, "Step-2", b"0003"),
+            (4, "Step-2", b"0004"),
+        ]
+        assert [r.value for r in await store.read_stream("a", "t", 0, 10)] == [b"t1"]
+        assert await store.append_streams("a", []) == []

@@ -1,0 +1,136 @@
+"""The peers' workload: an agent loop with a scripted model, and how a job is measured.
+
+A session has ``TURNS`` turns. A turn is a model step that asks for ``TOOLS`` tool
+calls, the tool steps (in parallel where the system allows), and a model step that
+answers: ``2 + TOOLS`` durable steps a turn, ``STEPS_PER_SESSION`` a session. Model
+and tools are instant and payloads are fixed (~0.4 KB answer, ~0.2 KB tool result),
+so every system stores the same bytes and only its overhead is timed.
+
+Measuring (as in shared/research/perf-peers.md): 2 untimed warm-up sessions, then at
+C=1 ``sessions`` sequential sessions, each timed (ms/step = median session time /
+``STEPS_PER_SESSION``); at C>1, C sessions at once (steps/s = C x steps / wall time).
+CPU time counts every thread of the process; peak RSS is the process's ``ru_maxrss``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import statistics
+import time
+from typing import Any, NotRequired, Protocol, TypedDict
+
+TURNS = 10
+TOOLS = 3
+STEPS_PER_TURN = 2 + TOOLS
+STEPS_PER_SESSION = TURNS * STEPS_PER_TURN
+WARMUP_SESSIONS = 2
+
+FINAL_TEXT = "A" * 400
+TOOL_TEXT = "r" * 200
+QUERY_TEXT = "q" * 64
+
+
+class ToolCall(TypedDict):
+    """One tool call the scripted model asks for."""
+
+    id: str
+    name: str
+    args: dict[str, str]
+
+
+class Message(TypedDict):
+    """A chat message as the workload passes it between steps."""
+
+    role: str
+    content: str
+    tool_calls: NotRequired[list[ToolCall]]
+    tool_call_id: NotRequired[str]
+
+
+class PeerSystem(Protocol):
+    """A system under test: runs one whole workload session per call.
+
+    Opened by its module's ``open_system(workdir, variant)`` (an async context
+    manager); ``session`` may be called concurrently from one event loop.
+    """
+
+    async def session(self, session_id: str) -> None:
+        """Run one session of ``TURNS`` turns under ``session_id`` (unique per job)."""
+        ...
+
+
+def user_message(turn: int) -> Message:
+    return {"role": "user", "content": f"question number {turn}"}
+
+
+def scripted_model(messages: list[Message]) -> Message:
+    """The instant model: a user message gets ``TOOLS`` tool calls, tool results an answer."""
+    turn = sum(1 for m in messages if m["role"] == "user")
+    if messages[-1]["role"] == "user":
+        calls: list[ToolCall] = [
+            {"id": f"call_{turn}_{i}", "name": "lookup", "args": {"query": QUERY_TEXT}}
+            for i in range(TOOLS)
+        ]
+        return {"role": "assistant", "content": "", "tool_calls": calls}
+    return {"role": "assistant", "content": FINAL_TEXT, "tool_calls": []}
+
+
+def run_tool(call: ToolCall) -> Message:
+    """The instant no-op tool."""
+    return {"role": "tool", "tool_call_id": call["id"], "content": TOOL_TEXT}
+
+
+def encode(value: Message) -> str:
+    """The stored form of a step result (compact JSON)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[str, Any]:
+    """Run one job on an open system and return its figures.
+
+    Args:
+        system: The open system under test.
+        concurrency: 1 runs ``sessions`` sessions one after another, each timed; more
+            runs that many sessions at once (``sessions`` is then unused).
+        sessions: Sequential sessions timed at C=1.
+    """
+    for i in range(WARMUP_SESSIONS):
+        await system.session(f"warm-{i}")
+    rss_after_warmup = peak_rss_mb()
+    latencies: list[float] = []
+
+    async def timed(session_id: str) -> None:
+        start = time.perf_counter()
+        await system.session(session_id)
+        latencies.append(time.perf_counter() - start)
+
+    count = sessions if concurrency == 1 else concurrency
+    cpu_start = time.process_time()
+    wall_start = time.perf_counter()
+    if concurrency == 1:
+        for i in range(count):
+            await timed(f"s-{i}")
+    else:
+        await asyncio.gather(*(timed(f"s-{i}") for i in range(count)))
+    wall = time.perf_counter() - wall_start
+    cpu = time.process_time() - cpu_start
+    median = statistics.median(latencies)
+    steps = count * STEPS_PER_SESSION
+    return {
+        "C": concurrency,
+        "sessions": count,
+        "session_ms_median": median * 1e3,
+        "ms_per_step": median * 1e3 / STEPS_PER_SESSION,
+        "steps_per_s": steps / wall,
+        "cpu_ms_per_step": cpu * 1e3 / steps,
+        "wall_s": wall,
+        "rss_after_warmup_mb": rss_after_warmup,
+        "peak_rss_mb": peak_rss_mb(),
+    }

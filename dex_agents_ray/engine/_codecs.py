@@ -4,9 +4,10 @@ The SDK's automatic JSON codec calls ``typing.get_type_hints`` for every
 dataclass on every decode, and ``CodecRegistry.resolve`` builds a new codec on
 every call; on a session's hot path (a message window decoded in every model
 Step) that was a tenth of a host's time. This registry keeps the SDK's wire
-format and decoding rules — encoding is the SDK's own function, and the decoder
-follows ``dex.codec``'s rules for dataclasses, datetimes, enums, lists, tuples
-and mappings — but caches the resolved codecs and each dataclass's field hints.
+format and rules — the encoder and the decoder follow ``dex.codec``'s rules for
+dataclasses, datetimes, enums, lists, tuples and mappings — but caches the
+resolved codecs and each dataclass's field hints, and encodes in one pass (the
+SDK's encoder deep-copies every value through ``dataclasses.asdict`` first).
 ``tests/engine/test_codecs.py`` checks it decodes exactly as the SDK does.
 """
 
@@ -21,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from dex import CodecRegistry, JsonCodec
-from dex.codec import Codec, _encode_json_value, _supports_automatic_json, _type_name
+from dex.codec import Codec, _supports_automatic_json, _type_name
 
 Decoder = Callable[[Any], Any]
 
@@ -53,7 +54,7 @@ class CachingCodecRegistry(CodecRegistry):
             except TypeError:  # an unhashable hint: keep the SDK's codec
                 decoder = None
             if decoder is not None:
-                codec = JsonCodec(_type_name(type_hint), decoder, _encode_json_value, type_hint)
+                codec = JsonCodec(_type_name(type_hint), decoder, _encode, type_hint)
         try:
             self._resolved[type_hint] = codec
         except TypeError:  # an unhashable hint: resolve it every time
@@ -101,6 +102,27 @@ def _dataclass_decoder(cls: type[Any]) -> Decoder:
         return cls(**{field: _decoder(hint)(value[field]) for field, hint in plan})
 
     return decode
+
+
+def _encode(value: Any) -> Any:
+    """JSON-ready data for ``value``, equal to ``dex.codec._encode_json_value``'s
+    (which converts with ``dataclasses.asdict`` and then walks the copy)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in _fields(type(value))}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {key: _encode(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(item) for item in value]
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(cls)
 
 
 def _decode_datetime(value: Any) -> datetime:

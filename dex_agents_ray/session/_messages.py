@@ -17,6 +17,8 @@ from datetime import datetime
 
 from dex import Context
 
+from dex_agents_ray.engine._stored import encoded_size as stored_encoded_size
+from dex_agents_ray.engine._stored import stored_size
 from dex_agents_ray.session._api import AgentSessionOptions
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,
@@ -41,10 +43,54 @@ MAX_CHUNKS_PER_COMMIT = 4
 """At most this many chunks move out of the window in one commit."""
 
 
-def encoded_size(message: AgentMessage) -> int:
-    """Bytes of the message's JSON, about what the store keeps."""
+def encoded_size(message: AgentMessage, context: Context | None = None) -> int:
+    """Bytes of the message's JSON: what the store keeps when ``context`` is this
+    engine's, else the compact JSON's length."""
+    if context is not None:
+        size = stored_encoded_size(context, AGENT_MESSAGES, message)
+        if size is not None:
+            return size
     text = json.dumps(json_ready(message), separators=(",", ":"), sort_keys=True)
     return len(text.encode("utf-8"))
+
+
+class _Window:
+    """The window as keys and stored sizes; a message is decoded only when it
+    moves into a chunk (a model Step's transcript already decoded them all)."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self.entries: list[tuple[str, int, AgentMessage | None]] = []
+        for key in sorted(AGENT_MESSAGES.get_all_instance_keys(context)):
+            size = stored_size(context, AGENT_MESSAGES, key)
+            if size is None:
+                message = AGENT_MESSAGES.get(context, key)
+                if message is None:
+                    continue
+                self.entries.append((key, encoded_size(message, context), message))
+            else:
+                self.entries.append((key, size, None))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, message: AgentMessage, size: int) -> None:
+        self.entries.append((message_sequence_key(message.sequence), size, message))
+
+    def first_sequence(self) -> int:
+        return int(self.entries[0][0])
+
+    def take(self, count: int) -> tuple[list[AgentMessage], list[int]]:
+        """Remove and return the ``count`` oldest messages and their sizes."""
+        taken, self.entries = self.entries[:count], self.entries[count:]
+        messages = []
+        for key, _, message in taken:
+            if message is None:
+                message = AGENT_MESSAGES.get(self._context, key)
+                if message is None:
+                    raise RuntimeError(f"window message {key} vanished while being chunked")
+            messages.append(message)
+        return messages, [size for _, size, _ in taken]
 
 
 def window_messages(context: Context) -> list[AgentMessage]:
@@ -91,12 +137,10 @@ def _write_chunk(
     )
 
 
-def _take_chunk(
-    window: list[tuple[AgentMessage, int]], options: AgentSessionOptions, limit: int
-) -> int:
+def _take_chunk(window: _Window, options: AgentSessionOptions) -> int:
     """How many of the oldest window messages fit one chunk (at least one)."""
     count, total = 0, 0
-    for _, size in window[:limit]:
+    for _, size, _ in window.entries:
         if count and (
             count >= options.message_chunk_size or total + size > options.message_chunk_max_bytes
         ):
@@ -124,14 +168,14 @@ def append_messages(
         return last_sequence
     index = AGENT_MESSAGE_INDEX.get(context)
     chunks = list(index.chunks) if index is not None else []
-    window = [(m, encoded_size(m)) for m in window_messages(context)]
+    window = _Window(context)
     index_changed = False
     for message in messages:
         last_sequence += 1
         stored = AgentMessage.from_framework(
             message, sequence=last_sequence, turn_id=turn_id, created_at=now
         )
-        size = encoded_size(stored)
+        size = encoded_size(stored, context)
         if size > MAX_CHUNK_BYTES:
             raise ValueError(
                 f"message {last_sequence} is {size} bytes of JSON; the limit is {MAX_CHUNK_BYTES}"
@@ -139,24 +183,23 @@ def append_messages(
         if size > options.message_chunk_max_bytes:
             # Chunks hold consecutive messages, so the window moves out first.
             while window:
-                count = _take_chunk(window, options, len(window))
-                taken, window = window[:count], window[count:]
-                chunks.append(_write_chunk(context, [m for m, _ in taken], [s for _, s in taken]))
+                chunks.append(_write_chunk(context, *window.take(_take_chunk(window, options))))
             chunks.append(_write_chunk(context, [stored], [size]))
             index_changed = True
             continue
         AGENT_MESSAGES.set(context, message_sequence_key(stored.sequence), stored)
-        window.append((stored, size))
+        window.add(
+            stored,
+            stored_size(context, AGENT_MESSAGES, message_sequence_key(last_sequence)) or size,
+        )
     moved, moved_bytes = 0, 0
     while len(window) > options.message_window_size and moved < MAX_CHUNKS_PER_COMMIT:
         # Whole chunks leave the window, so chunks stay near message_chunk_size.
-        count = _take_chunk(window, options, len(window))
-        taken = window[:count]
-        taken_bytes = sum(s for _, s in taken)
+        count = _take_chunk(window, options)
+        taken_bytes = sum(size for _, size, _ in window.entries[:count])
         if moved and moved_bytes + taken_bytes > MAX_CHUNK_BYTES:
             break
-        window = window[count:]
-        chunks.append(_write_chunk(context, [m for m, _ in taken], [s for _, s in taken]))
+        chunks.append(_write_chunk(context, *window.take(count)))
         moved += 1
         moved_bytes += taken_bytes
         index_changed = True
@@ -168,7 +211,7 @@ def append_messages(
             replace(
                 base,
                 chunks=tuple(chunks),
-                window_first_sequence=window[0][0].sequence if window else last_sequence + 1,
+                window_first_sequence=window.first_sequence() if window else last_sequence + 1,
                 first_sequence=first,
             ),
         )

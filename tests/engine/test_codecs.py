@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from dex import CodecRegistry, JsonCodec
+from dex.codec import _encode_json_value
 
 from dex_agents_ray import (
     AgentInterrupt,
@@ -21,7 +22,7 @@ from dex_agents_ray import (
     MessageRole,
     ToolEffect,
 )
-from dex_agents_ray.engine._codecs import CachingCodecRegistry
+from dex_agents_ray.engine._codecs import CachingCodecRegistry, _encode
 from dex_agents_ray.media import AgentImageReference
 
 
@@ -112,3 +113,21 @@ def test_custom_codecs_keep_precedence_and_resolutions_are_cached() -> None:
     assert CachingCodecRegistry().resolve(list[int]) is not None
     registry = CachingCodecRegistry()
     assert registry.resolve(AgentToolCall) is registry.resolve(AgentToolCall)
+
+
+class Point(NamedTuple):
+    x: int
+    when: datetime
+
+
+def test_one_pass_encoding_equals_the_sdks_asdict_encoding() -> None:
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    values: list[object] = [
+        Node("a", [Node("b", color=Color.RED)], {"x": 1}, seen=when, pair=(1, 2)),
+        {"nodes": [Node("c"), {"deep": (Node("d"), when)}], Color.RED: Color.RED},
+        (Point(1, when), [Point(2, when)]),
+        [None, True, 1.5, "s", {"k": [Color.RED]}],
+        Node,  # a class is not a dataclass instance
+    ]
+    for value in values:
+        assert _encode(value) == _encode_json_value(value)

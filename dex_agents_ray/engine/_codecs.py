@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import types
 import typing
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from dex import CodecRegistry, JsonCodec
-from dex.codec import Codec, _supports_automatic_json, _type_name
+from dex.codec import Codec, Value, _supports_automatic_json, _type_name
 
 Decoder = Callable[[Any], Any]
 
@@ -54,12 +57,88 @@ class CachingCodecRegistry(CodecRegistry):
             except TypeError:  # an unhashable hint: keep the SDK's codec
                 decoder = None
             if decoder is not None:
-                codec = JsonCodec(_type_name(type_hint), decoder, _encode, type_hint)
+                kind = _SharedDecodingJsonCodec if type_hint in _SHARED else JsonCodec
+                codec = kind(_type_name(type_hint), decoder, _encode, type_hint)
         try:
             self._resolved[type_hint] = codec
         except TypeError:  # an unhashable hint: resolve it every time
             pass
         return codec
+
+
+_SHARED: set[object] = set()
+_SHARED_CACHE_BYTES = 32 * 1024 * 1024
+"""The most JSON text (in characters) whose decoded values a process keeps."""
+_SHARED_MAX_PAYLOAD = 256 * 1024
+"""Larger payloads are decoded every time."""
+
+
+def share_decoded_values(*classes: type[Any]) -> None:
+    """Let every process decode each stored JSON text of ``classes`` once.
+
+    Decoding returns the same object for the same JSON text (an LRU of
+    ``_SHARED_CACHE_BYTES``), which is only sound for values nobody can change:
+    each class must be a frozen dataclass whose fields hold only such values,
+    strings, numbers, booleans, ``None``, enums, datetimes and tuples of them.
+    Call it at import time, before a registry resolves the class.
+
+    Raises:
+        TypeError: A class (or a field's type) can be changed in place.
+    """
+    for cls in classes:
+        _require_immutable(cls, cls.__name__)
+    _SHARED.update(classes)
+
+
+def _require_immutable(hint: object, where: str) -> None:
+    if hint in (str, int, float, bool, type(None), datetime) or (
+        isinstance(hint, type) and issubclass(hint, Enum)
+    ):
+        return
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple or origin in (typing.Union, types.UnionType):
+        for argument in arguments:
+            if argument is not Ellipsis:
+                _require_immutable(argument, where)
+        return
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not hint.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+            raise TypeError(f"{where}: {hint.__name__} is not a frozen dataclass")
+        hints = typing.get_type_hints(hint)
+        for f in dataclasses.fields(hint):
+            _require_immutable(hints[f.name], f"{where}.{f.name}")
+        return
+    raise TypeError(f"{where}: {hint!r} values can be changed in place")
+
+
+class _SharedDecodingJsonCodec(JsonCodec[Any]):
+    """A ``JsonCodec`` that hands out one decoded value per JSON text."""
+
+    def decode(self, value: Value) -> Any:
+        data = value.data
+        if not isinstance(data, str) or len(data) > _SHARED_MAX_PAYLOAD:
+            return super().decode(value)
+        key = (self.expected_type, data)
+        with _shared_lock:
+            hit = _shared_values.get(key)
+            if hit is not None:
+                _shared_values.move_to_end(key)
+                return hit
+        decoded = super().decode(value)
+        global _shared_chars
+        with _shared_lock:
+            if key not in _shared_values:
+                _shared_values[key] = decoded
+                _shared_chars += len(data)
+                while _shared_chars > _SHARED_CACHE_BYTES:
+                    (_, old), _ = _shared_values.popitem(last=False)
+                    _shared_chars -= len(old)
+        return decoded
+
+
+_shared_lock = threading.Lock()
+_shared_values: OrderedDict[tuple[object, str], Any] = OrderedDict()
+_shared_chars = 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -141,4 +220,4 @@ def _identity(value: Any) -> Any:
     return value
 
 
-__all__: Sequence[str] = ["CachingCodecRegistry"]
+__all__: Sequence[str] = ["CachingCodecRegistry", "share_decoded_values"]

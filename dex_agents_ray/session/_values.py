@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from dex_agents_ray.engine._codecs import share_decoded_values
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect
 from dex_agents_ray.session._wire import coerce_fields
@@ -721,3 +722,8 @@ def json_ready(value: Any) -> Any:
     if isinstance(value, list | tuple | frozenset):
         return [json_ready(item) for item in value]
     return value
+
+
+# Every Step of a session reads these back (the message window in each model
+# call): the engine decodes each stored JSON text once per process.
+share_decoded_values(AgentMessage, AgentMessageChunk, AgentMessageIndex, AgentToolCall, AgentState)

@@ -22,7 +22,12 @@ from dex_agents_ray import (
     MessageRole,
     ToolEffect,
 )
-from dex_agents_ray.engine._codecs import CachingCodecRegistry, _encode
+from dex_agents_ray.engine._codecs import (
+    CachingCodecRegistry,
+    _encode,
+    _SharedDecodingJsonCodec,
+    share_decoded_values,
+)
 from dex_agents_ray.media import AgentImageReference
 
 
@@ -131,3 +136,43 @@ def test_one_pass_encoding_equals_the_sdks_asdict_encoding() -> None:
     ]
     for value in values:
         assert _encode(value) == _encode_json_value(value)
+
+
+@dataclass(frozen=True)
+class Frozen:
+    name: str
+    when: datetime | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class Mutable:
+    name: str
+
+
+@dataclass(frozen=True)
+class HoldsAList:
+    items: list[str]
+
+
+def test_shared_decoding_hands_out_one_value_per_json_text_for_immutable_classes() -> None:
+    share_decoded_values(Frozen)
+    codec, sdk = CachingCodecRegistry().resolve(Frozen), CodecRegistry().resolve(Frozen)
+    wire = sdk.encode(Frozen("a", tags=("x",)))
+    first = codec.decode(wire)
+    assert first == sdk.decode(wire)
+    assert codec.decode(codec.encode(Frozen("a", tags=("x",)))) is first
+    assert codec.decode(sdk.encode(Frozen("b"))) is not first
+    # AgentMessage is shared by the session; its decoding still equals the SDK's.
+    message = AgentMessage(sequence=1, turn_id="turn-1", role=MessageRole.USER, framework_item="{}")
+    ours = CachingCodecRegistry().resolve(AgentMessage)
+    assert isinstance(ours, _SharedDecodingJsonCodec)
+    assert ours.decode(ours.encode(message)) == message
+
+
+def test_only_values_nobody_can_change_may_be_shared() -> None:
+    with pytest.raises(TypeError, match="Mutable is not a frozen dataclass"):
+        share_decoded_values(Mutable)
+    with pytest.raises(TypeError, match=r"HoldsAList.items: list\[str\]"):
+        share_decoded_values(HoldsAList)
+    assert not isinstance(CachingCodecRegistry().resolve(Node), _SharedDecodingJsonCodec)

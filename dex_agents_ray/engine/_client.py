@@ -326,13 +326,18 @@ class EngineClient:
     ) -> StreamMessage[Any]:
         """The next message after ``resume_token`` (long poll up to ``timeout``)."""
         after = _offset(resume_token)
-        await self._run(flow_id, "ReadStream")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        checked = False
         while True:
-            records = await self._engine.store.read_stream(flow_id, stream.name, after, 1)
-            if records:
+            records = await self._engine.store.read_stream(
+                _require_id(flow_id), stream.name, after, 1
+            )
+            if records:  # only a run that exists has messages
                 return self._stream_message(stream, records[0])
+            if not checked:
+                await self._run(flow_id, "ReadStream")
+                checked = True
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise service_error(

@@ -35,7 +35,7 @@ from dex_agents_ray.engine._remote import ABANDONED, decode_result, remote_step_
 from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT, next_retry_delay
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
-from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at, timer_fire_times
+from dex_agents_ray.engine._waits import next_timer_at, timer_fire_times
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -195,7 +195,14 @@ class RunDriver:
         return Tx(self.state, self.epoch, time.time())
 
     async def commit(self, tx: Tx | Commit, *, replace_run: bool = False) -> Commit:
-        """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``."""
+        """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``.
+
+        Waits that ``tx``'s own changes satisfy (a published message, a Step
+        that starts waiting on messages already there) become ready in ``tx``
+        itself, and so do the starts of their first attempts: one commit, not three.
+        """
+        if isinstance(tx, Tx) and self._may_satisfy_waits(tx):
+            tx.satisfy_waits(tx.now)
         premarked = self._premark(tx) if isinstance(tx, Tx) else []
         built = tx.build() if isinstance(tx, Tx) else tx
         try:
@@ -210,6 +217,14 @@ class RunDriver:
             self._after(tx)
         self._notify()
         return built
+
+    @staticmethod
+    def _may_satisfy_waits(tx: Tx) -> bool:
+        if tx.closed or tx.run.status is not RunStatus.RUNNING:
+            return False
+        return bool(tx.commit.message_appends) or any(
+            e.status is ExecStatus.WAITING for e in tx.staged()
+        )
 
     def _premark(self, tx: Tx) -> list[str]:
         """Record the start of attempt 1 of in-host executions that become ready in
@@ -659,31 +674,8 @@ class RunDriver:
         async with self.commit_lock:
             if not self.state.is_running:
                 return
-            now = time.time()
             tx = self.tx()
-            claimed: dict[str, int] = {}
-            earliest: float | None = None
-            for record in self.state.active_execs():
-                if record.status is not ExecStatus.WAITING or record.wait is None:
-                    continue
-                wait = pb.WaitingCondition.FromString(record.wait)
-                started = record.wait_started_at or now
-                satisfied = evaluate_wait(wait, started, now, self.state.channels, claimed)
-                if satisfied is None:
-                    due = next_timer_at(wait, started, now)
-                    if due is not None and (earliest is None or due < earliest):
-                        earliest = due
-                    continue
-                tx.consume(satisfied.consumed)
-                tx.update(
-                    replace(
-                        record,
-                        status=ExecStatus.READY,
-                        condition_results=satisfied.results.SerializeToString(),
-                        wait=None,
-                    )
-                )
-                tx.history(record.exec_id, "wait_satisfied", {"consumed": len(satisfied.consumed)})
+            earliest = tx.satisfy_waits(tx.now)
             if tx.commit.history:
                 try:
                     await self.commit(tx)

@@ -32,6 +32,7 @@ from dex_agents_ray.engine._records import (
     RunRecord,
     RunStatus,
 )
+from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at
 
 
 def uuid7() -> str:
@@ -300,13 +301,23 @@ class Tx:
                     )
                 continue
             queue[:] = kept
-            self.commit.message_deletes.append((deletion.channel_name, deletion.message_id))
+            self._drop(deletion.channel_name, deletion.message_id)
 
     def consume(self, messages: Iterable[ChannelMessageRecord]) -> None:
         for message in messages:
             queue = self.queue(message.channel)
             queue[:] = [m for m in queue if m.message_id != message.message_id]
-            self.commit.message_deletes.append((message.channel, message.message_id))
+            self._drop(message.channel, message.message_id)
+
+    def _drop(self, channel: str, message_id: str) -> None:
+        """Delete a stored message, or unpublish one this transaction publishes
+        (stores apply deletes before appends)."""
+        appends = self.commit.message_appends
+        kept = [m for m in appends if m.message_id != message_id]
+        if len(kept) < len(appends):
+            appends[:] = kept
+        else:
+            self.commit.message_deletes.append((channel, message_id))
 
     def publish(self, publications: Iterable[pb.ChannelMessage]) -> None:
         for publication in publications:
@@ -322,6 +333,45 @@ class Tx:
 
     def channel_empty(self, channel: str) -> bool:
         return not self.queue(channel)
+
+    def satisfy_waits(self, now: float) -> float | None:
+        """Make ready, in this transaction, every waiting execution whose
+        condition holds against the Channels as staged here (messages go to the
+        earliest waits first, each consumed by its winner only); returns when the
+        earliest Timer of a wait still unsatisfied fires."""
+        waiting = [
+            (record, pb.WaitingCondition.FromString(record.wait))
+            for record in self.active_snapshot()
+            if record.status is ExecStatus.WAITING and record.wait is not None
+        ]
+        # Every wait is judged against the same snapshot; ``claimed`` counts
+        # what earlier winners in this pass took.
+        channels = {
+            c.channel_name: list(self.queue(c.channel_name))
+            for _, wait in waiting
+            for c in wait.channel_conditions
+        }
+        claimed: dict[str, int] = {}
+        earliest: float | None = None
+        for record, wait in waiting:
+            started = record.wait_started_at or now
+            satisfied = evaluate_wait(wait, started, now, channels, claimed)
+            if satisfied is None:
+                due = next_timer_at(wait, started, now)
+                if due is not None and (earliest is None or due < earliest):
+                    earliest = due
+                continue
+            self.consume(satisfied.consumed)
+            self.update(
+                replace(
+                    record,
+                    status=ExecStatus.READY,
+                    condition_results=satisfied.results.SerializeToString(),
+                    wait=None,
+                )
+            )
+            self.history(record.exec_id, "wait_satisfied", {"consumed": len(satisfied.consumed)})
+        return earliest
 
     # -- executions --------------------------------------------------------------------
 

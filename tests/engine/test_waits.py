@@ -207,3 +207,26 @@ async def test_waiters_on_one_channel_never_share_a_message(engine_factory: Any)
     result = await engine.client.wait_for_flow("share", timeout=TIMEOUT)
     taken = sorted(c.decode(dict[str, Any])["results"]["a"] for c in result.completions)
     assert taken == [["a1"], ["a2"]]
+
+
+async def test_a_publication_satisfies_a_waiting_step_in_its_own_commit(
+    engine_factory: Any,
+) -> None:
+    flow = WaitFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(flow, "same", WaitCase("all_a_b", {"a": ["a1"]}))
+    await _waiting(engine, "same")
+    await engine.client.invoke_rpc(flow.publish, "same", Publication("b", ["b1"]))
+    result = await engine.client.wait_for_flow("same", timeout=TIMEOUT)
+    assert _taken(result.single_output(dict[str, Any])) == {"a": ["a1"], "b": ["b1"]}
+
+    history = await engine.client.read_step_history("same")
+    applied = next(i for i, h in enumerate(history) if h.event == "rpc_applied")
+    # One transaction: the message, the wait it satisfies, and the start of the
+    # Step's first attempt (entries of one commit share its timestamp).
+    same_commit = [h for h in history if h.at == history[applied].at]
+    assert [(h.step_execution_id, h.event) for h in same_commit] == [
+        ("", "rpc_applied"),
+        ("Waiter-1", "wait_satisfied"),
+        ("Waiter-1", "attempt_started"),
+    ]

@@ -280,6 +280,12 @@ class AgentSessionOptions:
     inline_tools: frozenset[str] = frozenset()
     """Tools whose Steps run in the session's host instead of a Ray task; for
     cheap async tools. Attempts, effects and crash semantics are the same."""
+    model_ray_options: RayTaskOptions | None = None
+    """Run each ``RunModel`` Step as a Ray task with these options instead of in
+    the session's host: the host then never loads the model client's library
+    (LiteLLM costs about 200 MiB per process), so with dedicated placement
+    memory grows with model calls in flight, not with resident sessions. A
+    task adds a few milliseconds per model call. ``None``: in the host."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_policies", dict(self.tool_policies))
@@ -296,6 +302,10 @@ class AgentSessionOptions:
             raise ValueError("AgentSessionOptions.event_stream_capacity_bytes must be positive")
         if self.interrupt_deadline is not None and self.interrupt_deadline <= timedelta(0):
             raise ValueError("AgentSessionOptions.interrupt_deadline must be positive")
+        if self.model_ray_options is not None and not isinstance(
+            self.model_ray_options, RayTaskOptions
+        ):
+            raise TypeError("AgentSessionOptions.model_ray_options must be a RayTaskOptions")
         if self.max_durable_wait < timedelta(seconds=1):
             raise ValueError("AgentSessionOptions.max_durable_wait must be at least 1 second")
         if self.plan_mode_enabled:

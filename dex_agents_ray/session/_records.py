@@ -49,13 +49,11 @@ SINGLE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 """``CallSingleAttemptTool``: 1 attempt."""
 
 
-def sync_options(**fields: Any) -> StepOptions:
-    """``StepOptions`` with both durabilities set to SYNC explicitly."""
-    return StepOptions(
-        wait_for_durability=StepDurability.SYNC,
-        execute_durability=StepDurability.SYNC,
-        **fields,
-    )
+def sync_options(*, ray: RayTaskOptions | None = None, **fields: Any) -> StepOptions:
+    """``StepOptions`` with both durabilities set to SYNC explicitly; a Ray task
+    with ``ray`` options (``RemoteStepOptions``) when given."""
+    fields.update(wait_for_durability=StepDurability.SYNC, execute_durability=StepDurability.SYNC)
+    return StepOptions(**fields) if ray is None else RemoteStepOptions(ray=ray, **fields)
 
 
 def record_options(tool_call_id: str, *, lock_interrupts: bool = False) -> StepOptions:

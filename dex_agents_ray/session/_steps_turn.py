@@ -133,6 +133,7 @@ class RunModel(_TurnStep):
     def get_step_options(self) -> StepOptions | None:
         limit = self.config.options.run_model_limit
         return sync_options(
+            ray=self.config.options.model_ray_options,
             execute_method_timeout=limit.timeout,
             heartbeat_timeout=limit.heartbeat_timeout,
             execute_retry=RetryPolicy(

@@ -5,8 +5,20 @@ Ray workers import this module by name to unpickle the Flow.
 
 from __future__ import annotations
 
-from dex_agents_ray import AgentSessionFlow, ToolEffect
-from dex_agents_ray.builtin_loop import AgentDefinition, builtin_agent_session_flow, function_tool
+import json
+import os
+import sys
+from dataclasses import replace
+
+from dex_agents_ray import AgentSessionFlow, ToolCallStepOptions, ToolEffect
+from dex_agents_ray.builtin_loop import (
+    AgentDefinition,
+    BuiltinLoopAgentRunner,
+    builtin_agent_session_flow,
+    builtin_agent_session_options,
+    function_tool,
+)
+from dex_agents_ray.engine import RayTaskOptions
 from dex_agents_ray.litellm import LiteLLMModelClient
 
 
@@ -28,3 +40,27 @@ def build_flow(api_base: str) -> AgentSessionFlow:
         tools=[get_weather],
     )
     return builtin_agent_session_flow(agent, flow_type="LiteLLMWeatherAgent")
+
+
+@function_tool(effect=ToolEffect.READ, step_options=ToolCallStepOptions(run_inline=True))
+async def host_report() -> str:
+    """What the session's host process has loaded (runs in the host)."""
+    return json.dumps({"pid": os.getpid(), "litellm": "litellm" in sys.modules})
+
+
+def build_reporting_flow(api_base: str, *, model_in_task: bool) -> AgentSessionFlow:
+    """An agent whose only tool reports on the host; ``RunModel`` in a Ray task or not."""
+    agent = AgentDefinition(
+        name="reporter",
+        instructions="You report on the host.",
+        model=LiteLLMModelClient("openai/gpt-5-mini", api_base=api_base, api_key_provider=api_key),
+        tools=[host_report],
+    )
+    options = replace(
+        builtin_agent_session_options(agent),
+        model_ray_options=RayTaskOptions(num_cpus=0.1) if model_in_task else None,
+    )
+    kind = "Task" if model_in_task else "Host"
+    return AgentSessionFlow(
+        BuiltinLoopAgentRunner(agent), flow_type=f"Reporter{kind}Model", options=options
+    )

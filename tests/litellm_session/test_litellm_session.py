@@ -15,7 +15,7 @@ from tests.litellm.litellm_fake_server import (
     FakeProviderServer,
     responses_stream,
 )
-from tests.litellm_session.agents import build_flow
+from tests.litellm_session.agents import build_flow, build_reporting_flow
 
 # LiteLLM 1.110.2 warns inside pydantic on these paths (see tests/litellm/conftest.py).
 pytestmark = [
@@ -109,3 +109,30 @@ async def test_http_500_fails_the_attempt_and_run_model_retries(
     failed = [h for h in history if h.event == "attempt_failed"]
     assert [h.step_execution_id for h in failed] == ["RunModel-1"]
     assert "upstream exploded" in failed[0].detail["error"]
+
+
+REPORT_CALL = {**CALL, "call_id": "call_report_1", "name": "host_report", "arguments": "{}"}
+
+
+@pytest.mark.parametrize("model_in_task", [False, True], ids=["in-host", "in-task"])
+async def test_run_model_in_a_ray_task_keeps_litellm_out_of_the_host(
+    engine_factory: Any, provider: FakeProviderServer, model_in_task: bool
+) -> None:
+    flow = build_reporting_flow(provider.openai_api_base, model_in_task=model_in_task)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    provider.enqueue(
+        RESPONSES_PATH,
+        responses_stream(output=[REPORT_CALL], usage=USAGE),
+        responses_stream(output=[ANSWER], usage=USAGE),
+    )
+
+    await sessions.start_session("report-1", "What does the host hold?")
+    snapshot = await _turn_done(sessions, "report-1")
+
+    assert snapshot.state is not None and snapshot.state.last_turn_error is None
+    assert snapshot.messages[-1].text == "It is sunny in Paris."
+    report = json.loads(next(m.tool_output for m in snapshot.messages if m.tool_output))
+    # The inline tool ran in the session's host after the model call asked for it.
+    assert report["litellm"] is (not model_in_task)
+    assert "host_report" in json.dumps(provider.bodies(RESPONSES_PATH)[1])  # the result went back

@@ -191,6 +191,8 @@ class FlowEngine:
         import ray
         from ray import cloudpickle
 
+        if passivate_after is not None and passivate_after.total_seconds() <= 0:
+            raise ValueError(f"passivate_after must be positive, got {passivate_after}")
         registry = Registry(
             list(flows), CachingCodecRegistry(codec_registry), allow_async_handlers=True
         )
@@ -230,8 +232,6 @@ class FlowEngine:
             host_resources=host_resources,
         )
         if passivate_after is not None:
-            if passivate_after.total_seconds() <= 0:
-                raise ValueError(f"passivate_after must be positive, got {passivate_after}")
             await scheduler_handle(engine.host_config).woken_runs.remote()
         if resume:
             await engine.resume_runs()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,20 @@ async def test_the_default_store_lives_under_the_working_directory(
     result = await engine.client.wait_for_flow("default-store", timeout=60)
     assert result.status is FlowStatus.COMPLETED
     assert (tmp_path / ".dex-agents-ray" / "engine.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"passivate_after": timedelta(0)}, "passivate_after must be positive"),
+        ({"placement": "shared", "shared_hosts": 0}, "shared_hosts must be >= 1"),
+        ({"placement": "everywhere"}, "everywhere"),
+    ],
+)
+async def test_bad_start_options_are_refused_before_anything_is_written(
+    ray_session: None, tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    store = tmp_path / "never" / "engine.db"
+    with pytest.raises(ValueError, match=message):
+        await FlowEngine.start([ClientFlow()], store=store, namespace="refused", **kwargs)
+    assert not store.parent.exists()

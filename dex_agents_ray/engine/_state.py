@@ -252,7 +252,15 @@ class Tx:
         assert state.run is not None
         self._state = state
         self.now = now
-        self.run = copy.deepcopy(state.run)
+        run = state.run
+        self.run = replace(  # a working copy: its containers are the only mutable parts
+            run,
+            counters=dict(run.counters),
+            active_step_types=list(run.active_step_types),
+            search_attributes=copy.deepcopy(run.search_attributes)
+            if run.search_attributes
+            else {},
+        )
         self.commit = Commit(flow_id=self.run.flow_id, epoch=epoch)
         self._channels: dict[str, list[ChannelMessageRecord]] = {}
         self._execs: dict[str, ExecRecord] = {}

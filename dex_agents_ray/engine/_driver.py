@@ -103,7 +103,7 @@ class RunDriver:
         self._premarked: set[str] = set()
         """Executions whose attempt-1 start this incarnation recorded before running it."""
         self.waiters = 0
-        """Client long polls (wait_closed, wait_stream) in progress."""
+        """Client calls in progress (starts, RPCs, stops, ``wait_closed`` long polls)."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -142,8 +142,8 @@ class RunDriver:
         """Whether the run may leave memory now, and when a timer needs it back.
 
         It may when nothing runs (every active Step only waits, no attempt, lock,
-        evaluation or background write is in flight, no client long-polls) and
-        its next timer is further than ``threshold`` seconds away.
+        evaluation or background write is in flight, no client call is in
+        progress) and its next timer is further than ``threshold`` seconds away.
         """
         if self.state.run is None or self.stale:
             return False, None

@@ -10,9 +10,11 @@ ownership epoch, which fences every commit of older incarnations.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
@@ -27,6 +29,23 @@ from dex_agents_ray.engine._remote import load_definition
 from dex_agents_ray.engine._store import FlowStore, open_store
 
 logger = logging.getLogger("dex_agents_ray.engine")
+
+
+@contextlib.contextmanager
+def _client_call(driver: RunDriver) -> Iterator[RunDriver]:
+    """Keep the run in memory while a client call on it is in progress.
+
+    Without this, a call that outlasts ``passivate_after`` (a slow RPC handler,
+    a busy host) could see its run passivated under it and then commit into a
+    run that no process holds any more: the change would be stored, but nothing
+    would act on it until the next activation.
+    """
+    driver.waiters += 1
+    try:
+        yield driver
+    finally:
+        driver.waiters -= 1
+        driver.touch()
 
 
 class FlowHost:
@@ -179,12 +198,14 @@ class FlowHost:
 
     async def start_flow(self, flow_id: str, request: StartRequest) -> Envelope:
         async def start() -> str:
-            driver = await self._driver(flow_id)
-            if driver.definition is None or driver.definition.flow_hash != request.flow_hash:
-                running = driver.state.is_running
-                if not running or request.id_reuse_policy == "allow_terminate_if_running":
-                    driver.definition = await self._definition(request.flow_type, request.flow_hash)
-            return await start_run(driver, request)
+            with _client_call(await self._driver(flow_id)) as driver:
+                if driver.definition is None or driver.definition.flow_hash != request.flow_hash:
+                    running = driver.state.is_running
+                    if not running or request.id_reuse_policy == "allow_terminate_if_running":
+                        driver.definition = await self._definition(
+                            request.flow_type, request.flow_hash
+                        )
+                return await start_run(driver, request)
 
         return await envelope(start())
 
@@ -197,15 +218,15 @@ class FlowHost:
         extra: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
     ) -> Envelope:
         async def call() -> bytes:
-            driver = await self._running_or_closed(flow_id, "InvokeRPC")
-            return await run_rpc(driver, rpc_name, input_value, request_id, extra)
+            with _client_call(await self._running_or_closed(flow_id, "InvokeRPC")) as driver:
+                return await run_rpc(driver, rpc_name, input_value, request_id, extra)
 
         return await envelope(call())
 
     async def stop_flow(self, flow_id: str, stop_type: str, reason: str | None) -> Envelope:
         async def stop() -> None:
-            driver = await self._running_or_closed(flow_id, "StopFlow")
-            await stop_run(driver, stop_type, reason)
+            with _client_call(await self._running_or_closed(flow_id, "StopFlow")) as driver:
+                await stop_run(driver, stop_type, reason)
 
         return await envelope(stop())
 
@@ -221,11 +242,9 @@ class FlowHost:
         """Wait until the run is no longer running (or ``timeout`` passes)."""
 
         async def wait() -> bool:
-            driver = await self._driver(flow_id)
-            loop = asyncio.get_running_loop()
-            deadline = None if timeout is None else loop.time() + timeout
-            driver.waiters += 1  # a run with a client waiting on it stays in memory
-            try:
+            with _client_call(await self._driver(flow_id)) as driver:
+                loop = asyncio.get_running_loop()
+                deadline = None if timeout is None else loop.time() + timeout
                 while driver.state.run is not None and driver.state.is_running:
                     remaining = None if deadline is None else deadline - loop.time()
                     if remaining is not None and remaining <= 0:
@@ -235,9 +254,6 @@ class FlowHost:
                     except TimeoutError:
                         return False
                 return driver.state.run is not None
-            finally:
-                driver.waiters -= 1
-                driver.touch()
 
         return await envelope(wait())
 

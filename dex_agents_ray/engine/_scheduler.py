@@ -42,6 +42,9 @@ class FlowScheduler:
 
     async def _run(self) -> None:
         while True:
+            # Cleared before reading, so a notification that arrives while the
+            # store is read (a run passivated just after the read) wakes us again.
+            self._wakeup.clear()
             try:
                 for flow_id in await self._store.due_passivated(time.time()):
                     await self._wake(flow_id)
@@ -50,7 +53,6 @@ class FlowScheduler:
                 logger.exception("scheduler: reading due runs failed; retrying")
                 due = time.time() + 1.0
             delay = _MAX_SLEEP if due is None else min(_MAX_SLEEP, max(0.01, due - time.time()))
-            self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), delay)
             except TimeoutError:

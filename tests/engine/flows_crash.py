@@ -117,6 +117,12 @@ class TimerJob:
     seconds: int
 
 
+@dataclass(frozen=True)
+class SlowWake:
+    state_dir: str
+    text: str
+
+
 class StartTimer(Step[TimerJob]):
     def execute(self, context: Context, input: TimerJob) -> dex.StepDecision:
         return dex.go_to(AwaitTimer, input)
@@ -141,4 +147,11 @@ class TimerFlow(Flow[TimerJob]):
     @rpc
     def wake(self, context: Context, text: str) -> RPCResult[bool]:
         Wake.publish(context, text)
+        return RPCResult(True)
+
+    @rpc
+    async def slow_wake(self, context: Context, request: SlowWake) -> RPCResult[bool]:
+        """``wake``, after waiting at gate ``slow-wake`` (an RPC still in progress)."""
+        await FileGate(request.state_dir, "slow-wake").wait_for_release()
+        Wake.publish(context, request.text)
         return RPCResult(True)

@@ -6,13 +6,15 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import ray
 from dex import FlowStatus
 
 from dex_agents_ray.engine._hosts import SCHEDULER_NAME
-from tests.engine.flows_crash import TimerFlow, TimerJob
+from dex_agents_ray.testing import FileGate
+from tests.engine.flows_crash import SlowWake, TimerFlow, TimerJob
 
 IDLE = timedelta(seconds=1)
 
@@ -68,7 +70,11 @@ async def test_durable_timer_fires_while_passivated(engine_factory: Any, namespa
 
     await _until(completed, "the scheduler's activation")
     scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)
-    assert await scheduler.woken_runs.remote() >= 1
+
+    async def counted() -> bool:  # the new host may finish the run before the call returns
+        return bool(await scheduler.woken_runs.remote() >= 1)
+
+    await _until(counted, "the scheduler's count of its activation")
     result = await engine.client.wait_for_flow("idle-2", timeout=60)
     assert result.completions[0].decode(dict[str, Any]) == {"timer_fired": True, "woke": []}
 
@@ -83,3 +89,39 @@ async def test_shared_host_drops_idle_runs_but_stays(engine_factory: Any, namesp
     assert await engine.client.invoke_rpc(flow.wake, "idle-3", "again") is True
     result = await engine.client.wait_for_flow("idle-3", timeout=60)
     assert result.status is FlowStatus.COMPLETED
+
+
+async def test_a_run_with_a_client_call_in_progress_stays(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = TimerFlow()
+    engine = await engine_factory([flow], passivate_after=IDLE, placement="shared", shared_hosts=1)
+
+    async def passivated() -> list[str]:  # the store only: every run here has a timer
+        return list(await engine.store.due_passivated(time.time() + 10 * 3600))
+
+    async def waiting(flow_id: str) -> bool:
+        history = await engine.store.history(flow_id)
+        return any(h.exec_id == "AwaitTimer-1" and h.event == "wait_for_completed" for h in history)
+
+    await engine.client.start_flow(flow, "busy", TimerJob(seconds=3600))
+    await _until(lambda: waiting("busy"), "busy's wait")
+    call = asyncio.create_task(
+        engine.client.invoke_rpc(flow.slow_wake, "busy", SlowWake(str(state_dir), "late"))
+    )
+    try:
+        await FileGate(state_dir, "slow-wake").wait_until_reached()
+        # "idle" is touched after "busy" last was, and comes after it in the host,
+        # so when the host lets "idle" go it would have let "busy" go first.
+        await engine.client.start_flow(flow, "idle", TimerJob(seconds=3600))
+
+        async def idle_gone() -> bool:
+            return "idle" in await passivated()
+
+        await _until(idle_gone, "the passivation of the idle run")
+        assert await passivated() == ["idle"]
+    finally:
+        FileGate(state_dir, "slow-wake").release()
+    assert await call is True
+    result = await engine.client.wait_for_flow("busy", timeout=60)
+    assert result.completions[0].decode(dict[str, Any]) == {"timer_fired": False, "woke": ["late"]}

@@ -57,6 +57,16 @@ _PEERS = {
     "sqlite": _Peer(module="sqlite_floor", variants=("full", "normal", "group")),
     "dbos": _Peer(module="dbos_peer", variants=("default", "wal")),
     "langgraph": _Peer(module="langgraph_peer", variants=("async", "sync")),
+    "dex": _Peer(
+        module="dex_engine",
+        variants=(
+            "flow-shared",
+            "flow-dedicated",
+            "session-shared",
+            "session-dedicated",
+            "session-shared-tasks",
+        ),
+    ),
 }
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _INSTALL_HINT = "pip install -c constraints.txt -e '.[bench]'"

@@ -10,15 +10,20 @@ Measuring (as in shared/research/perf-peers.md): 2 untimed warm-up sessions, the
 C=1 ``sessions`` sequential sessions, each timed (ms/step = median session time /
 ``STEPS_PER_SESSION``); at C>1, C sessions at once (steps/s = C x steps / wall time).
 CPU time counts every thread of the process; peak RSS is the process's ``ru_maxrss``.
+A system that runs its steps in other processes names them (``helper_processes``):
+their CPU and peak RSS (``VmHWM``) count too; ``platform_rss_mb`` is the peak RSS of
+the platform's own processes (``ray_system_processes``), reported apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import statistics
 import time
+from pathlib import Path
 from typing import Any, NotRequired, Protocol, TypedDict
 
 TURNS = 10
@@ -92,6 +97,33 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _process_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (from /proc; gone ones count 0)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def _peak_rss_mb(pids: list[int]) -> float:
+    """The sum of the processes' peak RSS (VmHWM) in MiB."""
+    total = 0.0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
 async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[str, Any]:
     """Run one job on an open system and return its figures.
 
@@ -112,7 +144,9 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
         latencies.append(time.perf_counter() - start)
 
     count = sessions if concurrency == 1 else concurrency
-    cpu_start = time.process_time()
+    # A system whose Steps run in other processes names them (their CPU counts).
+    helpers: list[int] = getattr(system, "helper_processes", list)()
+    cpu_start = time.process_time() + _process_cpu_s(helpers)
     wall_start = time.perf_counter()
     if concurrency == 1:
         for i in range(count):
@@ -120,10 +154,19 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
     else:
         await asyncio.gather(*(timed(f"s-{i}") for i in range(count)))
     wall = time.perf_counter() - wall_start
-    cpu = time.process_time() - cpu_start
+    helpers = sorted(set(helpers) | set(getattr(system, "helper_processes", list)()))
+    cpu = time.process_time() + _process_cpu_s(helpers) - cpu_start
     median = statistics.median(latencies)
     steps = count * STEPS_PER_SESSION
+    extra: dict[str, Any] = {}
+    if helpers:
+        extra["helper_processes"] = len(helpers)
+        extra["helper_peak_rss_mb"] = _peak_rss_mb(helpers)
+    platform: list[int] = getattr(system, "ray_system_processes", list)()
+    if platform:
+        extra["platform_rss_mb"] = _peak_rss_mb(platform)
     return {
+        **extra,
         "C": concurrency,
         "sessions": count,
         "session_ms_median": median * 1e3,
@@ -132,5 +175,5 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
         "cpu_ms_per_step": cpu * 1e3 / steps,
         "wall_s": wall,
         "rss_after_warmup_mb": rss_after_warmup,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb() + extra.get("helper_peak_rss_mb", 0.0),
     }

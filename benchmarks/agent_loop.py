@@ -1,0 +1,152 @@
+"""The agent-loop workload through this project and its peers, one table, one run.
+
+Workload (``benchmarks/peers/workload.py``, as in shared/research/perf-peers.md): a
+session is 10 turns of model -> 3 parallel tools -> model, 50 durable steps; the
+model is scripted and the tools are no-ops, so only the runtime is timed. Every job
+runs in a fresh process (``benchmarks.peers.run.run_job``) with a fresh store and 2
+warm-up sessions: at C=1 sequential sessions, each timed (ms/step = median session
+time / 50); at C=50 and C=500 that many sessions at once (steps/s).
+
+Rows: the floors (plain asyncio; raw SQLite, one fsync per step and group commit),
+DBOS and LangGraph when the ``bench`` extra is installed, and this project: the
+workload as one engine Flow per session (the peers' shape: one workflow per session)
+and as real agent sessions (``builtin_agent_session_flow``; the client sends each
+user message and reads the event stream), in shared and dedicated placement.
+Dedicated placement is not run at C=500 (an actor per session: 500 processes).
+Peak RSS counts the host actors; Ray's own processes are reported apart.
+
+Interleaved rounds (``--rounds``) give medians; the machine is shared and noisy.
+
+    .venv/bin/python benchmarks/agent_loop.py [--rounds 1] [--sessions 5] [--skip-500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peers.run import PeerJobError, run_job  # noqa: E402
+
+FLOORS = ("plain", "sqlite:full", "sqlite:group")
+PEERS = ("dbos:wal", "langgraph:async")
+OURS = (
+    "dex:flow-shared",
+    "dex:flow-dedicated",
+    "dex:session-shared",
+    "dex:session-dedicated",
+    "dex:session-shared-tasks",
+)
+RESTATE = {"ms_per_step": 2.575, "steps_per_s": 683.0}
+"""Restate 1.7.12 from shared/research/perf-peers.md (a server from npm; not run here)."""
+
+
+def _jobs(systems: tuple[str, ...], with_500: bool) -> list[tuple[str, int]]:
+    jobs = []
+    for system in systems:
+        jobs += [(system, 1), (system, 50)]
+        if with_500 and "dedicated" not in system:
+            jobs.append((system, 500))
+    return jobs
+
+
+def _median(results: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in results if key in r]
+    return statistics.median(values) if values else None
+
+
+def _ratio(top: float | None, bottom: float | None) -> str:
+    return "-" if top is None or not bottom else f"{top / bottom:.2f}"
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def main(rounds: int, sessions: int, with_500: bool) -> None:
+    systems = FLOORS + PEERS + OURS
+    jobs = _jobs(systems, with_500)
+    results: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    skipped: dict[str, str] = {}
+    for round_number in range(rounds):
+        # Rotate the order each round so slow drifts of the machine hit every system.
+        shift = round_number * 3 % len(jobs)
+        for system, concurrency in jobs[shift:] + jobs[:shift]:
+            try:
+                result = run_job(system, concurrency, sessions)
+            except PeerJobError as error:
+                skipped[system] = f"failed: {error}"
+                continue
+            if "skipped" in result:
+                skipped[system] = result["skipped"]
+                continue
+            results[(system, concurrency)].append(result)
+            print(
+                f"  round {round_number + 1}: {system} C={concurrency}: "
+                f"{result['ms_per_step']:.3f} ms/step, {result['steps_per_s']:,.0f} steps/s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def figure(system: str, concurrency: int, key: str) -> float | None:
+        return _median(results.get((system, concurrency), []), key)
+
+    print(
+        f"\nagent loop: 10 turns x (model + 3 tools + model) = 50 steps/session; {rounds} round(s)"
+    )
+    header = (
+        f"{'system':<26}{'ms/step C=1':>12}{'CPU ms/step':>12}{'steps/s C=50':>14}"
+        f"{'steps/s C=500':>15}{'RSS MB C=50':>13}{'Ray MB':>8}"
+    )
+    print(header)
+    for system in systems:
+        if system in skipped and not results.get((system, 1)):
+            print(f"{system:<26}skipped: {skipped[system]}")
+            continue
+        print(
+            f"{system:<26}{_fmt(figure(system, 1, 'ms_per_step'), 3):>12}"
+            f"{_fmt(figure(system, 1, 'cpu_ms_per_step')):>12}"
+            f"{_fmt(figure(system, 50, 'steps_per_s'), 0):>14}"
+            f"{_fmt(figure(system, 500, 'steps_per_s'), 0):>15}"
+            f"{_fmt(figure(system, 50, 'peak_rss_mb'), 0):>13}"
+            f"{_fmt(figure(system, 50, 'platform_rss_mb'), 0):>8}"
+        )
+    print(
+        f"{'restate (research)':<26}{RESTATE['ms_per_step']:>12.3f}{'':>12}"
+        f"{RESTATE['steps_per_s']:>14,.0f}   (not run here: figures from perf-peers.md)"
+    )
+
+    floor = figure("sqlite:full", 1, "ms_per_step")
+    print("\nratios (peer / ours: above 1 means we are faster)")
+    print(
+        f"{'ours':<26}{'x sqlite:full':>14}{'DBOS C=1':>10}{'LG C=1':>9}{'DBOS C=50':>11}"
+        f"{'LG C=50':>9}{'Restate*':>10}"
+    )
+    for system in OURS:
+        ms = figure(system, 1, "ms_per_step")
+        rate = figure(system, 50, "steps_per_s")
+        if ms is None:
+            continue
+        print(
+            f"{system:<26}{_fmt(ms / floor if floor else None):>14}"
+            f"{_ratio(figure('dbos:wal', 1, 'ms_per_step'), ms):>10}"
+            f"{_ratio(figure('langgraph:async', 1, 'ms_per_step'), ms):>9}"
+            f"{_ratio(rate, figure('dbos:wal', 50, 'steps_per_s')):>11}"
+            f"{_ratio(rate, figure('langgraph:async', 50, 'steps_per_s')):>9}"
+            f"{RESTATE['ms_per_step'] / ms:>10.2f}"
+        )
+    print("* Restate's figure was measured on this machine type in another run, not this one.")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (medians)")
+    parser.add_argument("--sessions", type=int, default=5, help="sequential sessions at C=1")
+    parser.add_argument("--skip-500", action="store_true", help="leave out the C=500 jobs")
+    args = parser.parse_args()
+    main(args.rounds, args.sessions, not args.skip_500)

@@ -1,0 +1,286 @@
+"""This project on the peers' workload: a local Ray, the SQLite store, real Steps.
+
+Variants:
+    flow-shared / flow-dedicated: the workload as one engine Flow per session (a
+        model Step asks for 3 tools, 3 tool Steps run in parallel and publish their
+        results, a join Step waits for the 3 and hands over to a model Step that
+        answers), shared or dedicated placement. The client starts the run and
+        waits for it to close, as the peers' clients call one workflow.
+    session-shared / session-dedicated / session-shared-tasks: real agent sessions
+        (``builtin_agent_session_flow`` with a scripted model and 3 no-op
+        function tools; inline tool Steps, or Ray-task tool Steps). The client
+        starts the session, sends each turn's user message and reads the
+        ``AgentEvents`` stream until the turn completes, as an application does.
+
+Every process of the runtime counts: the job reports the CPU and the peak RSS of
+the host actors next to the client process's (``helper_processes``), and the RSS of
+Ray's own processes (GCS, raylet, agents) separately.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import dex
+import ray
+from dex import (
+    AsyncContext,
+    AttributeMap,
+    Channel,
+    Context,
+    Flow,
+    PersistenceSchema,
+    Step,
+    StepList,
+    StepMovement,
+    Wait,
+)
+
+from dex_agents_ray import AgentSessionClient, ToolCallStepOptions, ToolEffect
+from dex_agents_ray.builtin_loop import (
+    AgentDefinition,
+    ModelRequest,
+    ScriptedModelClient,
+    ScriptedModelReply,
+    ScriptedToolCall,
+    builtin_agent_session_flow,
+    function_tool,
+)
+from dex_agents_ray.engine import FlowEngine, RayTaskOptions
+from dex_agents_ray.engine._engine import task_worker_system_config
+
+from .workload import (
+    FINAL_TEXT,
+    QUERY_TEXT,
+    TOOL_TEXT,
+    TOOLS,
+    TURNS,
+    Message,
+    ToolCall,
+    encode,
+    run_tool,
+)
+
+# Distributions whose versions a job reports.
+PACKAGES: tuple[str, ...] = ("ray", "dex-python-sdk")
+
+VARIANTS = (
+    "flow-shared",
+    "flow-dedicated",
+    "session-shared",
+    "session-dedicated",
+    "session-shared-tasks",
+)
+
+# -- the workload as an engine Flow -----------------------------------------------------
+
+Transcript = AttributeMap("transcript", str)
+"""Each model reply, stored under ``<turn>-ask`` / ``<turn>-answer``."""
+ToolResults = Channel("tool_results", str)
+"""Each tool result, published by its tool Step."""
+
+
+def _key(turn: int, part: str) -> str:
+    return f"{turn:03d}-{part}"
+
+
+class AskModel(Step[int]):
+    """The model step that asks for the turn's tool calls."""
+
+    async def execute(self, context: AsyncContext, input: int) -> dex.StepDecision:  # type: ignore[override]
+        calls: list[ToolCall] = [
+            {"id": f"call_{input}_{i}", "name": "lookup", "args": {"query": QUERY_TEXT}}
+            for i in range(TOOLS)
+        ]
+        reply: Message = {"role": "assistant", "content": "", "tool_calls": calls}
+        Transcript.set(context, _key(input, "ask"), encode(reply))
+        return dex.go_to_many(
+            *(StepMovement.of(RunTool, call["id"]) for call in calls),
+            StepMovement.of(JoinTools, input),
+        )
+
+
+class RunTool(Step[str]):
+    """One tool call; its result goes to the join through a Channel."""
+
+    async def execute(self, context: AsyncContext, input: str) -> dex.StepDecision:  # type: ignore[override]
+        call: ToolCall = {"id": input, "name": "lookup", "args": {"query": QUERY_TEXT}}
+        ToolResults.publish(context, encode(run_tool(call)))
+        return dex.dead_end()
+
+
+class JoinTools(Step[int]):
+    """Waits for the turn's tool results (not a workload step: the fan-in)."""
+
+    def wait_for(self, context: Context, input: int) -> Wait:
+        return Wait.until(ToolResults.for_n(TOOLS))
+
+    def execute(self, context: Context, input: int) -> dex.StepDecision:
+        return dex.go_to(Answer, input)
+
+
+class Answer(Step[int]):
+    """The model step that answers, then the next turn (or the end)."""
+
+    async def execute(self, context: AsyncContext, input: int) -> dex.StepDecision:  # type: ignore[override]
+        reply: Message = {"role": "assistant", "content": FINAL_TEXT, "tool_calls": []}
+        Transcript.set(context, _key(input, "answer"), encode(reply))
+        if input + 1 < TURNS:
+            return dex.go_to(AskModel, input + 1)
+        return dex.graceful_complete(context.step_execution_id)
+
+
+class AgentLoopFlow(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(AskModel()).other_steps(RunTool(), JoinTools(), Answer())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(Transcript, ToolResults)
+
+
+# -- the workload as agent sessions ------------------------------------------------------
+
+
+def _reply(request: ModelRequest) -> ScriptedModelReply:
+    if ScriptedModelClient.tool_results(request):
+        return ScriptedModelReply(text=FINAL_TEXT)
+    return ScriptedModelReply(
+        tool_calls=[
+            ScriptedToolCall(
+                tool_call_id=f"c{i}", tool_name=f"tool_{i}", arguments={"query": QUERY_TEXT}
+            )
+            for i in range(TOOLS)
+        ]
+    )
+
+
+def session_flow(inline: bool) -> Any:
+    """An agent session flow with a scripted model and ``TOOLS`` no-op tools."""
+    options = (
+        ToolCallStepOptions(run_inline=True)
+        if inline
+        else ToolCallStepOptions(ray=RayTaskOptions(num_cpus=0.1))
+    )
+
+    def make(i: int) -> Any:
+        async def tool(query: str) -> str:
+            return TOOL_TEXT
+
+        tool.__name__ = f"tool_{i}"
+        tool.__doc__ = "A no-op tool."
+        return function_tool(effect=ToolEffect.READ, step_options=options)(tool)
+
+    agent = AgentDefinition(
+        name="bench",
+        instructions="Benchmark agent.",
+        model=ScriptedModelClient(_reply),
+        tools=[make(i) for i in range(TOOLS)],
+    )
+    return builtin_agent_session_flow(agent, flow_type=f"Bench{'Inline' if inline else 'Tasks'}")
+
+
+async def run_session(sessions: AgentSessionClient, session_id: str) -> None:
+    """One session of ``TURNS`` turns, reading the AgentEvents stream (a long poll)."""
+    token = ""
+    await sessions.start_session(session_id, "turn 1")
+    for turn in range(1, TURNS + 1):
+        if turn > 1:
+            await sessions.send_user_message(session_id, f"turn {turn}")
+        while True:
+            message = await sessions.read_event(session_id, token, timeout=300)
+            token = message.resume_token
+            if message.value.type.value in ("turn_completed", "turn_failed"):
+                break
+
+
+# -- the system ----------------------------------------------------------------------------
+
+
+class DexEngine:
+    """One engine on a fresh local Ray; ``session`` runs one workload session."""
+
+    def __init__(self, engine: FlowEngine, flow: Any, sessions: AgentSessionClient | None) -> None:
+        self._engine = engine
+        self._flow = flow
+        self._sessions = sessions
+
+    async def session(self, session_id: str) -> None:
+        if self._sessions is not None:
+            await run_session(self._sessions, session_id)
+            return
+        await self._engine.client.start_flow(self._flow, session_id, 0)
+        result = await self._engine.client.wait_for_flow(session_id, timeout=600)
+        if result.status is not dex.FlowStatus.COMPLETED:
+            raise RuntimeError(f"session {session_id} ended {result.status}")
+
+    def helper_processes(self) -> list[int]:
+        """PIDs of this engine's host actors (they run the Steps)."""
+        pids: list[int] = []
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == self._engine.namespace and actor["name"].startswith(
+                ("dexrun:", "dexhost:")
+            ):
+                handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+                pids.append(_pid(handle))
+        return pids
+
+    def ray_system_processes(self) -> list[int]:
+        """PIDs of Ray's own processes on this machine (GCS, raylet, agents, ...)."""
+        import psutil  # type: ignore[import-untyped]
+
+        mine = set(self.helper_processes()) | {os.getpid()}
+        found = []
+        for process in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or ())
+            if process.info["pid"] not in mine and (
+                "gcs_server" in cmdline
+                or "raylet" in cmdline
+                or "ray/dashboard" in cmdline
+                or "ray/_private" in cmdline
+                or "ray::" in cmdline
+            ):
+                found.append(int(process.info["pid"]))
+        return found
+
+
+def _pid(handle: Any) -> int:
+    pid: int = ray.get(handle.pid.remote())
+    return pid
+
+
+_REPO = str(Path(__file__).resolve().parents[2])
+
+
+@asynccontextmanager
+async def open_system(workdir: Path, variant: str) -> AsyncIterator[DexEngine]:
+    repo = _REPO
+    # Ray workers unpickle this module's Steps by reference: give them the repository.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (repo, os.environ.get("PYTHONPATH", "")) if p
+    )
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="dex-bench",
+        _system_config=task_worker_system_config(),
+    )
+    kind, _, rest = variant.partition("-")
+    placement = "dedicated" if rest.startswith("dedicated") else "shared"
+    flow: Any = AgentLoopFlow() if kind == "flow" else session_flow(not rest.endswith("tasks"))
+    engine = await FlowEngine.start(
+        [flow], store=workdir / "engine.db", namespace="dex-bench", placement=placement
+    )
+    sessions = None if kind == "flow" else AgentSessionClient(engine.client, flow)
+    try:
+        yield DexEngine(engine, flow, sessions)
+    finally:
+        await engine.shutdown(stop_hosts=True)
+        ray.shutdown()

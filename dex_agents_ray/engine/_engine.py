@@ -157,7 +157,7 @@ class FlowEngine:
         codec_registry: CodecRegistry | None = None,
         ray_address: str | None = None,
         resume: bool = True,
-        placement: Placement | str = PlacementMode.DEDICATED,
+        placement: Placement | str = PlacementMode.SHARED,
         shared_hosts: int = 4,
         passivate_after: timedelta | None = None,
         host_resources: dict[str, float] | None = None,
@@ -175,10 +175,13 @@ class FlowEngine:
             codec_registry: Custom codecs, as for ``dex.Registry``.
             ray_address: Passed to ``ray.init`` when Ray is not initialized yet.
             resume: Re-activate runs that have work in flight in the store.
-            placement: ``"dedicated"`` (one host actor per run, the default) or
-                ``"shared"`` (``shared_hosts`` long-lived hosts, runs placed by a
-                stable hash of the flow ID), or a ``Placement``. Every driver of a
-                namespace must use the same placement.
+            placement: ``"shared"`` (the default: ``shared_hosts`` long-lived
+                hosts, runs placed by a stable hash of the flow ID) or
+                ``"dedicated"`` (one host actor per run, ``dexrun:<flow id>``), or
+                a ``Placement``. Every driver of a namespace must use the same
+                placement. Shared hosts start a run in milliseconds; a dedicated
+                host costs an actor (about 1 s and 60 MiB here) per run and per
+                re-activation after passivation.
             passivate_after: Let a run whose Steps only wait (for a message, an
                 approval, or a timer further away than this) leave memory after
                 this long without activity; a dedicated host then exits. The next

@@ -28,7 +28,7 @@ class Placement:
     Every driver of one namespace must use the same placement.
     """
 
-    mode: PlacementMode = PlacementMode.DEDICATED
+    mode: PlacementMode = PlacementMode.SHARED
     shared_hosts: int = 4
     """Number of hosts in shared mode."""
 

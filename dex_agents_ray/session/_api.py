@@ -281,11 +281,12 @@ class AgentSessionOptions:
     """Tools whose Steps run in the session's host instead of a Ray task; for
     cheap async tools. Attempts, effects and crash semantics are the same."""
     model_ray_options: RayTaskOptions | None = None
-    """Run each ``RunModel`` Step as a Ray task with these options instead of in
-    the session's host: the host then never loads the model client's library
-    (LiteLLM costs about 200 MiB per process), so with dedicated placement
-    memory grows with model calls in flight, not with resident sessions. A
-    task adds a few milliseconds per model call. ``None``: in the host."""
+    """Run each ``RunModel`` Step as a Ray task with these options (CPUs, GPUs,
+    custom resources, a runtime_env) instead of in the session's host, which then
+    never loads the model client's library. Not a memory saving today: Ray gives
+    each detached host actor its own task workers, so every host that calls a
+    model keeps a worker that loaded it (``benchmarks/model_memory.py``). A task
+    adds a few milliseconds per model call. ``None``: in the host."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_policies", dict(self.tool_policies))

@@ -150,5 +150,5 @@ async def test_without_resume_the_run_waits_for_a_client_call(
         "None|None",
         "attempt-2|None",
     )
-    assert _actors(namespace) == ["dexrun:restart-lazy"]
+    assert _actors(namespace) == [engine.placement.host_name("restart-lazy")]
     await _assert_work_ran_again_once(engine, state_dir, "restart-lazy")

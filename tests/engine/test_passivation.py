@@ -46,7 +46,7 @@ async def test_waiting_run_leaves_its_process_and_a_client_call_brings_it_back(
     engine_factory: Any, namespace: str
 ) -> None:
     flow = TimerFlow()
-    engine = await engine_factory([flow], passivate_after=IDLE)
+    engine = await engine_factory([flow], passivate_after=IDLE, placement="dedicated")
     await engine.client.start_flow(flow, "idle-1", TimerJob(seconds=3600))
     await _passivated(engine, namespace, "dexrun:idle-1")
     assert _actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
@@ -60,7 +60,7 @@ async def test_waiting_run_leaves_its_process_and_a_client_call_brings_it_back(
 
 async def test_durable_timer_fires_while_passivated(engine_factory: Any, namespace: str) -> None:
     flow = TimerFlow()
-    engine = await engine_factory([flow], passivate_after=IDLE)
+    engine = await engine_factory([flow], passivate_after=IDLE, placement="dedicated")
     await engine.client.start_flow(flow, "idle-2", TimerJob(seconds=5))
     await _passivated(engine, namespace, "dexrun:idle-2")
 

@@ -257,9 +257,7 @@ class Tx:
             run,
             counters=dict(run.counters),
             active_step_types=list(run.active_step_types),
-            search_attributes=copy.deepcopy(run.search_attributes)
-            if run.search_attributes
-            else {},
+            search_attributes=copy.deepcopy(run.search_attributes) if run.search_attributes else {},
         )
         self.commit = Commit(flow_id=self.run.flow_id, epoch=epoch)
         self._channels: dict[str, list[ChannelMessageRecord]] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,12 +39,16 @@ from dex.runtime_errors import (
 from dex_agents_ray.engine._errors import HostPassivatedError, service_error, unwrap
 from dex_agents_ray.engine._operations import StartRequest
 from dex_agents_ray.engine._query import matcher, parse_query
-from dex_agents_ray.engine._records import RunRecord, RunStatus
+from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
 
 if TYPE_CHECKING:
     from dex_agents_ray.engine._engine import FlowEngine
 
 _HOST_RETRY_SECONDS = 60.0
+READ_AHEAD = 16
+"""Stream messages one read takes from the store (the rest wait for the next call)."""
+READ_AHEAD_KEYS = 1024
+"""Read-ahead entries a client keeps (the oldest go first)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +79,9 @@ class EngineClient:
     def __init__(self, engine: FlowEngine) -> None:
         self._engine = engine
         self._values = engine.values
+        self._read_ahead: OrderedDict[tuple[str, str, int], list[StreamRecord]] = OrderedDict()
+        """Stream messages read past the one returned, keyed by the run, the
+        Stream and the offset they follow (a reader's next resume token)."""
 
     # -- host calls --------------------------------------------------------------------
 
@@ -330,11 +338,25 @@ class EngineClient:
         deadline = None if timeout is None else loop.time() + timeout
         checked = False
         while True:
-            records = await self._engine.store.read_stream(
-                _require_id(flow_id), stream.name, after, 1
-            )
+            records = self._read_ahead.pop((flow_id, stream.name, after), None)
+            if records is None:
+                records = await self._engine.store.read_stream(
+                    _require_id(flow_id), stream.name, after, READ_AHEAD
+                )
             if records:  # only a run that exists has messages
-                return self._stream_message(stream, records[0])
+                first, rest = records[0], records[1:]
+                # Messages are immutable once written: the reader's next call
+                # (resume token = this offset) is served without a store read.
+                # Setting or clearing the entry on every return keeps one from an
+                # earlier run of the same flow ID (offsets restart) from being served.
+                key = (flow_id, stream.name, first.offset)
+                if rest:
+                    self._read_ahead[key] = rest
+                    while len(self._read_ahead) > READ_AHEAD_KEYS:
+                        self._read_ahead.popitem(last=False)
+                else:
+                    self._read_ahead.pop(key, None)
+                return self._stream_message(stream, first)
             if not checked:
                 await self._run(flow_id, "ReadStream")
                 checked = True

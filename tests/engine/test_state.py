@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from dex import FlowStatus, LongPollTimeoutError
+from dex import FlowStatus, IdReusePolicy, LongPollTimeoutError, StartFlowOptions
 from dex.dexpb import dex_pb2 as pb
 
 from tests.engine.flows_state import (
@@ -157,3 +157,31 @@ async def test_heartbeat_checkpoint_is_read_by_the_next_attempt(engine_factory: 
     history = await engine.client.read_step_history("checkpoint")
     [failure] = details(history, "Checkpointed-1", "attempt_failed")
     assert "'has': False" in failure["error"]
+
+
+async def test_stream_offsets_go_on_across_runs_of_a_flow_id_and_reads_ahead_stay_exact(
+    engine_factory: Any,
+) -> None:
+    flow = StreamFlow()
+    engine = await engine_factory([flow])
+    client = engine.client
+    await client.start_flow(flow, "again", 3)
+    await eventually(
+        lambda: engine.store.read_stream("again", Events.name, 0, 10), lambda r: len(r) == 3
+    )
+    first = await client.read_stream("again", Events, "", timeout=30)  # reads ahead g1, g2
+    assert (first.value, first.resume_token) == ("g0", "1")
+    assert await client.invoke_rpc(flow.trigger, "again") == "triggered"
+    assert (await client.wait_for_flow("again", timeout=TIMEOUT)).status is FlowStatus.COMPLETED
+
+    reuse = StartFlowOptions(id_reuse_policy=IdReusePolicy.ALLOW_IF_NOT_RUNNING)
+    await client.start_flow(flow, "again", 1, reuse)
+    token, seen = first.resume_token, []
+    for _ in range(4):
+        message = await client.read_stream("again", Events, token, timeout=30)
+        seen.append((message.resume_token, message.value))
+        token = message.resume_token
+    # The first run's messages, then the new run's, each once and in order.
+    assert seen == [("2", "g1"), ("3", "g2"), ("4", "late"), ("5", "g0")]
+    with pytest.raises(LongPollTimeoutError):
+        await client.read_stream("again", Events, token, timeout=1)

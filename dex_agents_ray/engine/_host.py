@@ -250,9 +250,11 @@ class FlowHost:
                     if remaining is not None and remaining <= 0:
                         return False
                     try:
-                        await asyncio.wait_for(asyncio.shield(driver.changed()), remaining)
+                        await asyncio.wait_for(asyncio.shield(driver.closed()), remaining)
                     except TimeoutError:
                         return False
+                    if driver.state.is_running:  # stopped here, not closed: ask again
+                        raise HostPassivatedError(f"the host of {flow_id!r} let it go")
                 return driver.state.run is not None
 
         return await envelope(wait())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -173,6 +173,21 @@ class ExecRecord:
             last_error=d["last_error"],
             ended_at=d["ended_at"],
         )
+
+
+_EXEC_FIELDS: frozenset[str] = frozenset(f.name for f in fields(ExecRecord))
+
+
+def evolve(record: ExecRecord, **changes: Any) -> ExecRecord:
+    """``dataclasses.replace`` for the hot path: a copy with ``changes`` (field
+    names checked), without re-running ``__init__`` for every field."""
+    unknown = changes.keys() - _EXEC_FIELDS
+    if unknown:
+        raise TypeError(f"ExecRecord has no field(s) {sorted(unknown)}")
+    new = object.__new__(ExecRecord)
+    new.__dict__.update(record.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 @dataclass(kw_only=True)

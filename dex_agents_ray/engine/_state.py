@@ -31,6 +31,7 @@ from dex_agents_ray.engine._records import (
     RecoveryRecord,
     RunRecord,
     RunStatus,
+    evolve,
 )
 from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at
 
@@ -369,7 +370,7 @@ class Tx:
                 continue
             self.consume(satisfied.consumed)
             self.update(
-                replace(
+                evolve(
                     record,
                     status=ExecStatus.READY,
                     condition_results=satisfied.results.SerializeToString(),
@@ -437,7 +438,7 @@ class Tx:
         for record in records:
             if not record.status.is_active:
                 continue
-            self.update(replace(record, status=ExecStatus.CANCELED, ended_at=self.now))
+            self.update(evolve(record, status=ExecStatus.CANCELED, ended_at=self.now))
             self.canceled.append(record.exec_id)
             self.history(record.exec_id, "step_canceled", {"reason": reason})
 

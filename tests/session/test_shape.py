@@ -323,6 +323,8 @@ def test_misuse_is_refused_with_a_clear_error() -> None:
         AgentSessionOptions(tool_policies={"x": "read"})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="interrupt_deadline"):
         AgentSessionOptions(interrupt_deadline=timedelta(0))
+    with pytest.raises(TypeError, match="model_ray_options"):
+        AgentSessionOptions(model_ray_options={"num_cpus": 1})  # type: ignore[arg-type]
     assert ToolPolicy(ToolEffect.READ).approval_required is False
 
 

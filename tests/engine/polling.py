@@ -59,3 +59,23 @@ async def wait_for_event(
 def details(history: list[StepHistoryEntry], exec_id: str, event: str) -> list[dict[str, Any]]:
     """The detail dicts of every ``event`` of ``exec_id``, oldest first."""
     return [h.detail for h in history if h.step_execution_id == exec_id and h.event == event]
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
+    """Call ``check`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        assert loop.time() < deadline, f"{what} did not happen within {timeout} s"
+        await asyncio.sleep(_POLL_SECONDS)
+
+
+def named_actors(namespace: str) -> list[str]:
+    """The named actors of ``namespace``, sorted."""
+    import ray
+
+    return sorted(
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace
+    )

@@ -4,34 +4,16 @@ until a client call touches it (``resume=False``)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
 from dex import FlowStatus
 
 from dex_agents_ray.testing import FileGate, InvocationLog
 from tests.engine.flows_crash import CrashFlow, Job
-
-
-def _actors(namespace: str) -> list[str]:
-    return sorted(
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == namespace
-    )
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        await asyncio.sleep(0.05)
+from tests.engine.polling import named_actors, until
 
 
 def _process_gone(pid: int) -> bool:
@@ -65,9 +47,9 @@ async def _stop_engine_during_work(
     # later, and until then the old host could still commit attempt 1
     # (legitimately: no newer epoch exists yet). Open the gates once it is gone.
     async def host_gone() -> bool:
-        return _actors(namespace) == [] and _process_gone(host_pid)
+        return named_actors(namespace) == [] and _process_gone(host_pid)
 
-    await _until(host_gone, "the end of the host process")
+    await until(host_gone, "the end of the host process", timeout=90)
     FileGate(state_dir, "work-1").release()
     FileGate(state_dir, "work-2").release()
     return flow
@@ -119,7 +101,7 @@ async def test_a_new_engine_resumes_a_run_with_a_step_in_flight_by_itself(
         run = await engine.store.get_run(flow_id)
         return run is not None and run.status.value == "completed"
 
-    await _until(completed, "the run's completion after the restart")
+    await until(completed, "the run's completion after the restart", timeout=90)
     await _assert_work_ran_again_once(engine, state_dir, flow_id)
     assert await engine.client.invoke_rpc(flow.snapshot, flow_id) == "attempt-2|finished"
 
@@ -134,7 +116,7 @@ async def test_without_resume_the_run_waits_for_a_client_call(
     engine = await engine_factory([flow], resume=False)
 
     # Nothing hosts the run, so nothing can run it: no actor, no new history.
-    assert _actors(namespace) == []
+    assert named_actors(namespace) == []
     run = await engine.store.get_run("restart-lazy")
     assert run is not None and run.status.value == "running"
     assert run.active_step_types == ["Work"]
@@ -144,11 +126,11 @@ async def test_without_resume_the_run_waits_for_a_client_call(
 
     info = await engine.client.describe_flow("restart-lazy")  # reads the store: no activation
     assert info.status is FlowStatus.RUNNING
-    assert _actors(namespace) == []
+    assert named_actors(namespace) == []
 
     assert await engine.client.invoke_rpc(flow.snapshot, "restart-lazy") in (
         "None|None",
         "attempt-2|None",
     )
-    assert _actors(namespace) == [engine.placement.host_name("restart-lazy")]
+    assert named_actors(namespace) == [engine.placement.host_name("restart-lazy")]
     await _assert_work_ran_again_once(engine, state_dir, "restart-lazy")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,31 +14,17 @@ from dex import FlowStatus
 from dex_agents_ray.engine._hosts import SCHEDULER_NAME
 from dex_agents_ray.testing import FileGate
 from tests.engine.flows_crash import SlowWake, TimerFlow, TimerJob
+from tests.engine.polling import named_actors, until
 
 IDLE = timedelta(seconds=1)
-
-
-def _actors(namespace: str) -> list[str]:
-    return sorted(
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == namespace
-    )
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        await asyncio.sleep(0.05)
 
 
 async def _passivated(engine: Any, namespace: str, host: str | None) -> None:
     async def gone() -> bool:
         count = await engine.store.passivated_count()
-        return count == 1 and (host is None or host not in _actors(namespace))
+        return count == 1 and (host is None or host not in named_actors(namespace))
 
-    await _until(gone, "passivation")
+    await until(gone, "passivation")
 
 
 async def test_waiting_run_leaves_its_process_and_a_client_call_brings_it_back(
@@ -49,7 +34,7 @@ async def test_waiting_run_leaves_its_process_and_a_client_call_brings_it_back(
     engine = await engine_factory([flow], passivate_after=IDLE, placement="dedicated")
     await engine.client.start_flow(flow, "idle-1", TimerJob(seconds=3600))
     await _passivated(engine, namespace, "dexrun:idle-1")
-    assert _actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
+    assert named_actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
 
     assert await engine.client.invoke_rpc(flow.wake, "idle-1", "back") is True
     result = await engine.client.wait_for_flow("idle-1", timeout=60)
@@ -68,13 +53,13 @@ async def test_durable_timer_fires_while_passivated(engine_factory: Any, namespa
         run = await engine.store.get_run("idle-2")
         return bool(run is not None and run.status.value == "completed")
 
-    await _until(completed, "the scheduler's activation")
+    await until(completed, "the scheduler's activation")
     scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)
 
     async def counted() -> bool:  # the new host may finish the run before the call returns
         return bool(await scheduler.woken_runs.remote() >= 1)
 
-    await _until(counted, "the scheduler's count of its activation")
+    await until(counted, "the scheduler's count of its activation")
     result = await engine.client.wait_for_flow("idle-2", timeout=60)
     assert result.completions[0].decode(dict[str, Any]) == {"timer_fired": True, "woke": []}
 
@@ -84,7 +69,7 @@ async def test_shared_host_drops_idle_runs_but_stays(engine_factory: Any, namesp
     engine = await engine_factory([flow], passivate_after=IDLE, placement="shared", shared_hosts=1)
     await engine.client.start_flow(flow, "idle-3", TimerJob(seconds=3600))
     await _passivated(engine, namespace, None)
-    assert "dexhost:0" in _actors(namespace)
+    assert "dexhost:0" in named_actors(namespace)
 
     assert await engine.client.invoke_rpc(flow.wake, "idle-3", "again") is True
     result = await engine.client.wait_for_flow("idle-3", timeout=60)
@@ -105,7 +90,7 @@ async def test_a_run_with_a_client_call_in_progress_stays(
         return any(h.exec_id == "AwaitTimer-1" and h.event == "wait_for_completed" for h in history)
 
     await engine.client.start_flow(flow, "busy", TimerJob(seconds=3600))
-    await _until(lambda: waiting("busy"), "busy's wait")
+    await until(lambda: waiting("busy"), "busy's wait")
     call = asyncio.create_task(
         engine.client.invoke_rpc(flow.slow_wake, "busy", SlowWake(str(state_dir), "late"))
     )
@@ -118,7 +103,7 @@ async def test_a_run_with_a_client_call_in_progress_stays(
         async def idle_gone() -> bool:
             return "idle" in await passivated()
 
-        await _until(idle_gone, "the passivation of the idle run")
+        await until(idle_gone, "the passivation of the idle run")
         assert await passivated() == ["idle"]
     finally:
         FileGate(state_dir, "slow-wake").release()

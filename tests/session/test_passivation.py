@@ -4,9 +4,6 @@ brings it back with nothing lost and nothing run twice."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,26 +21,12 @@ from dex_agents_ray import (
 )
 from dex_agents_ray.engine._hosts import SCHEDULER_NAME
 from dex_agents_ray.testing import InvocationLog
+from tests.engine.polling import named_actors, until
 from tests.session.agents import Call, Reply, build_flow
 from tests.session.polling import has_interrupt, snapshot_when, turn_done
 
 IDLE = timedelta(seconds=1)
 PLACEMENTS = ("dedicated", "shared")
-
-
-def _actors(namespace: str) -> list[str]:
-    return sorted(
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == namespace
-    )
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        await asyncio.sleep(0.05)
 
 
 async def _start(
@@ -62,13 +45,13 @@ async def _passivated(engine: Any, namespace: str, session_id: str) -> int:
     async def gone() -> bool:
         if await engine.store.passivated_count() != 1:
             return False
-        return engine.placement.mode.value == "shared" or host not in _actors(namespace)
+        return engine.placement.mode.value == "shared" or host not in named_actors(namespace)
 
-    await _until(gone, f"passivation of {session_id}")
+    await until(gone, f"passivation of {session_id}")
     if engine.placement.mode.value == "dedicated":
-        assert _actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
+        assert named_actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
     else:
-        assert _actors(namespace) == sorted([SCHEDULER_NAME, "dexhost:0"])
+        assert named_actors(namespace) == sorted([SCHEDULER_NAME, "dexhost:0"])
     run = await engine.store.get_run(session_id)
     assert run is not None and run.status.value == "running"
     return int(run.epoch)
@@ -187,14 +170,14 @@ async def test_a_durable_wait_fires_while_the_session_is_passivated(
         run = await engine.store.get_run("p-timer")
         return fired and run is not None and run.active_step_types == ["AwaitUserMessage"]
 
-    await _until(turn_completed, "the scheduler's activation and the end of the turn")
+    await until(turn_completed, "the scheduler's activation and the end of the turn")
     await _reactivated(engine, "p-timer", epoch)
     scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)
 
     async def counted() -> bool:  # the new host may finish the turn before the wake returns
         return bool(await scheduler.woken_runs.remote() >= 1)
 
-    await _until(counted, "the scheduler's count of its activation")
+    await until(counted, "the scheduler's count of its activation")
     assert await scheduler.woken_runs.remote() == 1
 
     done = await snapshot_when(sessions, "p-timer", turn_done(1))

@@ -6,6 +6,8 @@ Variants:
         results, a join Step waits for the 3 and hands over to a model Step that
         answers), shared or dedicated placement. The client starts the run and
         waits for it to close, as the peers' clients call one workflow.
+    flow-shared-postgres / session-shared-postgres: the same on a throwaway local
+        PostgreSQL 15 server instead of SQLite.
     session-shared / session-dedicated / session-shared-tasks: real agent sessions
         (``builtin_agent_session_flow`` with a scripted model and 3 no-op
         function tools; inline tool Steps, or Ray-task tool Steps). The client
@@ -76,6 +78,8 @@ VARIANTS = (
     "session-shared",
     "session-dedicated",
     "session-shared-tasks",
+    "flow-shared-postgres",
+    "session-shared-postgres",
 )
 
 # -- the workload as an engine Flow -----------------------------------------------------
@@ -259,6 +263,27 @@ _REPO = str(Path(__file__).resolve().parents[2])
 
 @asynccontextmanager
 async def open_system(workdir: Path, variant: str) -> AsyncIterator[DexEngine]:
+    if not variant.endswith("-postgres"):
+        async with _open(workdir / "engine.db", variant) as system:
+            yield system
+        return
+    # A throwaway PostgreSQL 15 server (the test suite's; scripts/services installs it).
+    import psycopg
+
+    from tests.stores.postgres_server import find_bin_dir, running_server
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL is not installed: run scripts/services")
+    with running_server(bin_dir) as server:
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench")
+        async with _open(server.dsn("bench"), variant.removesuffix("-postgres")) as system:
+            yield system
+
+
+@asynccontextmanager
+async def _open(store: Path | str, variant: str) -> AsyncIterator[DexEngine]:
     repo = _REPO
     # Ray workers unpickle this module's Steps by reference: give them the repository.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -276,9 +301,7 @@ async def open_system(workdir: Path, variant: str) -> AsyncIterator[DexEngine]:
     kind, _, rest = variant.partition("-")
     placement = "dedicated" if rest.startswith("dedicated") else "shared"
     flow: Any = AgentLoopFlow() if kind == "flow" else session_flow(not rest.endswith("tasks"))
-    engine = await FlowEngine.start(
-        [flow], store=workdir / "engine.db", namespace="dex-bench", placement=placement
-    )
+    engine = await FlowEngine.start([flow], store=store, namespace="dex-bench", placement=placement)
     sessions = None if kind == "flow" else AgentSessionClient(engine.client, flow)
     if placement == "shared":
         # The pool is long-lived in real use: start every host before measuring.

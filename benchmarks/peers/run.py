@@ -65,6 +65,8 @@ _PEERS = {
             "session-shared",
             "session-dedicated",
             "session-shared-tasks",
+            "flow-shared-postgres",
+            "session-shared-postgres",
         ),
     ),
 }

@@ -345,10 +345,10 @@ class EngineClient:
                 )
             if records:  # only a run that exists has messages
                 first, rest = records[0], records[1:]
-                # Messages are immutable once written: the reader's next call
-                # (resume token = this offset) is served without a store read.
-                # Setting or clearing the entry on every return keeps one from an
-                # earlier run of the same flow ID (offsets restart) from being served.
+                # Messages are immutable and offsets never reused (they go on
+                # across runs of a flow ID): the reader's next call (resume token =
+                # this offset) is served without a store read. Every return sets or
+                # clears its entry, so an entry never outlives the position it serves.
                 key = (flow_id, stream.name, first.offset)
                 if rest:
                     self._read_ahead[key] = rest

@@ -188,10 +188,7 @@ def append_messages(
             index_changed = True
             continue
         AGENT_MESSAGES.set(context, message_sequence_key(stored.sequence), stored)
-        window.add(
-            stored,
-            stored_size(context, AGENT_MESSAGES, message_sequence_key(last_sequence)) or size,
-        )
+        window.add(stored, size)
     moved, moved_bytes = 0, 0
     while len(window) > options.message_window_size and moved < MAX_CHUNKS_PER_COMMIT:
         # Whole chunks leave the window, so chunks stay near message_chunk_size.

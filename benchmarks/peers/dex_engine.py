@@ -8,9 +8,12 @@ Variants:
         waits for it to close, as the peers' clients call one workflow.
     flow-shared-postgres / session-shared-postgres: the same on a throwaway local
         PostgreSQL 15 server instead of SQLite.
-    session-shared / session-dedicated / session-shared-tasks: real agent sessions
-        (``builtin_agent_session_flow`` with a scripted model and 3 no-op
-        function tools; inline tool Steps, or Ray-task tool Steps). The client
+    session-shared-ray / session-shared / session-dedicated / session-shared-tasks:
+        real agent sessions (``builtin_agent_session_flow`` with a scripted model
+        and 3 no-op function tools). ``session-shared-ray`` is the default
+        configuration: tool Steps sent to Ray, on pooled executors; the others
+        run tool Steps inline in the host, or as one Ray task per attempt
+        (``RemoteExecution.TASK``). The client
         starts the session, sends each turn's user message and reads the
         ``AgentEvents`` stream until the turn completes, as an application does.
 
@@ -54,7 +57,7 @@ from dex_agents_ray.builtin_loop import (
     builtin_agent_session_flow,
     function_tool,
 )
-from dex_agents_ray.engine import FlowEngine, RayTaskOptions
+from dex_agents_ray.engine import FlowEngine, RayTaskOptions, RemoteExecution
 from dex_agents_ray.engine._engine import task_worker_system_config
 
 from .workload import (
@@ -75,6 +78,7 @@ PACKAGES: tuple[str, ...] = ("ray", "dex-python-sdk")
 VARIANTS = (
     "flow-shared",
     "flow-dedicated",
+    "session-shared-ray",
     "session-shared",
     "session-dedicated",
     "session-shared-tasks",
@@ -164,13 +168,19 @@ def _reply(request: ModelRequest) -> ScriptedModelReply:
     )
 
 
-def session_flow(inline: bool) -> Any:
-    """An agent session flow with a scripted model and ``TOOLS`` no-op tools."""
-    options = (
-        ToolCallStepOptions(run_inline=True)
-        if inline
-        else ToolCallStepOptions(ray=RayTaskOptions(num_cpus=0.1))
-    )
+def session_flow(tools: str) -> Any:
+    """An agent session flow with a scripted model and ``TOOLS`` no-op tools.
+
+    ``tools``: ``"ray"`` (the default options: pooled executors), ``"inline"``
+    (in the host) or ``"tasks"`` (a Ray task per attempt).
+    """
+    options = {
+        "ray": ToolCallStepOptions(),
+        "inline": ToolCallStepOptions(run_inline=True),
+        "tasks": ToolCallStepOptions(
+            ray=RayTaskOptions(num_cpus=0.1, execution=RemoteExecution.TASK)
+        ),
+    }[tools]
 
     def make(i: int) -> Any:
         async def tool(query: str) -> str:
@@ -186,7 +196,7 @@ def session_flow(inline: bool) -> Any:
         model=ScriptedModelClient(_reply),
         tools=[make(i) for i in range(TOOLS)],
     )
-    return builtin_agent_session_flow(agent, flow_type=f"Bench{'Inline' if inline else 'Tasks'}")
+    return builtin_agent_session_flow(agent, flow_type=f"Bench{tools.title()}")
 
 
 async def run_session(sessions: AgentSessionClient, session_id: str) -> None:
@@ -228,7 +238,7 @@ class DexEngine:
         pids: list[int] = []
         for actor in ray.util.list_named_actors(all_namespaces=True):
             if actor["namespace"] == self._engine.namespace and actor["name"].startswith(
-                ("dexrun:", "dexhost:")
+                ("dexrun:", "dexhost:", "dexexec:")
             ):
                 handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
                 pids.append(_pid(handle))
@@ -300,7 +310,8 @@ async def _open(store: Path | str, variant: str) -> AsyncIterator[DexEngine]:
     )
     kind, _, rest = variant.partition("-")
     placement = "dedicated" if rest.startswith("dedicated") else "shared"
-    flow: Any = AgentLoopFlow() if kind == "flow" else session_flow(not rest.endswith("tasks"))
+    tools = "tasks" if rest.endswith("tasks") else "ray" if rest.endswith("ray") else "inline"
+    flow: Any = AgentLoopFlow() if kind == "flow" else session_flow(tools)
     engine = await FlowEngine.start([flow], store=store, namespace="dex-bench", placement=placement)
     sessions = None if kind == "flow" else AgentSessionClient(engine.client, flow)
     if placement == "shared":

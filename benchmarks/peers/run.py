@@ -62,6 +62,7 @@ _PEERS = {
         variants=(
             "flow-shared",
             "flow-dedicated",
+            "session-shared-ray",
             "session-shared",
             "session-dedicated",
             "session-shared-tasks",

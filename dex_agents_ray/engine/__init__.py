@@ -3,8 +3,9 @@
 Start one with :meth:`FlowEngine.start`; operate runs with its
 :class:`EngineClient` (``engine.client``) or :class:`SyncEngineClient`
 (``engine.sync_client()``), whose methods mirror ``dex.AsyncClient``.
-Mark a Step (or one movement) to run as a Ray task with
-:class:`RemoteStepOptions`.
+Mark a Step (or one movement) to run on Ray with :class:`RemoteStepOptions`:
+on pooled executor actors of its resource shape (the default), or as a Ray
+task per attempt (``RayTaskOptions(execution=RemoteExecution.TASK)``).
 """
 
 from dex_agents_ray.engine._client import EngineClient, StepHistoryEntry
@@ -12,7 +13,9 @@ from dex_agents_ray.engine._engine import FlowEngine
 from dex_agents_ray.engine._errors import EngineError, HostCallError
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
+    ExecutorPoolOptions,
     RayTaskOptions,
+    RemoteExecution,
     RemoteStepOptions,
     StepAttemptProgress,
 )
@@ -30,6 +33,7 @@ __all__ = [
     "EngineClient",
     "EngineError",
     "EngineRecoveryErrorInfo",
+    "ExecutorPoolOptions",
     "FlowEngine",
     "FlowStore",
     "HostCallError",
@@ -37,6 +41,7 @@ __all__ = [
     "PlacementMode",
     "PostgresStoreConfig",
     "RayTaskOptions",
+    "RemoteExecution",
     "RemoteStepOptions",
     "SqliteStoreConfig",
     "StaleEpochError",

@@ -22,6 +22,8 @@ class AttemptOutcome:
     retry_after: float | None = None
     infrastructure: bool = False
     """The failure came from the runtime (a dead worker, a timeout), not user code."""
+    acknowledged: bool = True
+    """False for a remote attempt that never acknowledged its start (no user code ran)."""
 
 
 class StepTimeoutError(TimeoutError):
@@ -61,13 +63,22 @@ async def watch_attempt(
     last_beat: Callable[[], float],
     kill: Callable[[], None],
     decode: Callable[[Any], StepResult],
+    acked: asyncio.Event | None = None,
 ) -> AttemptOutcome:
     """Wait for ``task`` under the method timeout and heartbeat timeout.
 
     ``last_beat`` returns the loop time of the latest heartbeat (or the start);
-    ``kill`` stops the attempt when a deadline passes.
+    ``kill`` stops the attempt when a deadline passes. With ``acked`` (a remote
+    attempt), both timeouts count from its start acknowledgement: the time it
+    waited for a worker, an executor or a slot is not the attempt's.
     """
     loop = asyncio.get_running_loop()
+    if acked is not None and not acked.is_set():
+        acked_wait = asyncio.ensure_future(acked.wait())
+        try:
+            await asyncio.wait({task, acked_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            acked_wait.cancel()
     deadline = loop.time() + timeout
     while True:
         wake = deadline

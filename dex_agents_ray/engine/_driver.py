@@ -22,7 +22,8 @@ from dex.flow import _RegisteredFlow
 from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
 from dex_agents_ray.engine._invoke import FlowMapper, StepResult, invoke_step
-from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
+from dex_agents_ray.engine._options import RayTaskOptions, RemoteExecution, StepAttemptProgress
+from dex_agents_ray.engine._pool import AbandonedAttempt, ExecutorPool
 from dex_agents_ray.engine._records import (
     Commit,
     ExecRecord,
@@ -32,7 +33,13 @@ from dex_agents_ray.engine._records import (
     RunStatus,
     evolve,
 )
-from dex_agents_ray.engine._remote import ABANDONED, decode_result, remote_step_function
+from dex_agents_ray.engine._remote import (
+    ABANDONED,
+    decode_frame,
+    decode_result,
+    definition_key,
+    remote_step_function,
+)
 from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT, next_retry_delay
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
@@ -55,6 +62,8 @@ class FlowDefinition:
     mapper: FlowMapper
     blob_ref: Any = None
     """The blob in Ray's object store, put once and passed to remote tasks."""
+    blob_key: str = ""
+    """The blob's content hash: executors cache loaded definitions by it."""
 
 
 @dataclass
@@ -66,6 +75,8 @@ class _Live:
     kill: Callable[[], None]
     first_attempt_at: float | None = None
     """What the attempt's request said ``first_attempt_at`` is (recorded at its start)."""
+    acked: asyncio.Event | None = None
+    """A remote attempt's start acknowledgement; its timeouts count from it."""
 
 
 class RunDriver:
@@ -81,6 +92,8 @@ class RunDriver:
         host_handle: Any,
         on_stream: Callable[[str, str, str, pb.StepStreamWrite], None],
         on_stale: Callable[[], None] = lambda: None,
+        pool: ExecutorPool | None = None,
+        host_name: str = "",
     ) -> None:
         self.store = store
         self.flow_id = flow_id
@@ -91,6 +104,8 @@ class RunDriver:
         self.commit_lock = asyncio.Lock()
         self.stale = False
         self._host_handle = host_handle
+        self._host_name = host_name
+        self._pool = pool
         self._on_stream = on_stream
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -245,19 +260,22 @@ class RunDriver:
         )
 
     def _premark(self, tx: Tx) -> list[str]:
-        """Record the start of attempt 1 of in-host executions that become ready in
-        ``tx``, in ``tx`` itself: a Step then costs one commit instead of two. The
-        mark is conservative (the spec allows it): if this host dies before the
-        handler runs, the attempt counts as started (``NOT_COMPLETED``)."""
+        """Record the start of attempt 1 of executions that become ready in ``tx``,
+        in ``tx`` itself: a Step then costs one commit instead of two. The mark
+        is conservative (the spec allows it): if this host dies before the
+        handler runs, the attempt counts as started (``NOT_COMPLETED``). A
+        remote attempt is marked so only when it is not the Step's last (see
+        :func:`_marks_at_dispatch`); while this host lives, a remote attempt
+        that never acknowledged its start still fails as not started."""
         if tx.run.status is not RunStatus.RUNNING:
             return []
         marked = []
         for record in tx.staged():
             if (
                 record.status is ExecStatus.READY
-                and record.remote is None
                 and record.attempts_started == record.attempts_failed == 0
                 and record.next_attempt_at is None
+                and (record.remote is None or _marks_at_dispatch(record, 1))
             ):
                 tx.update(evolve(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
                 tx.history(record.exec_id, "attempt_started", {"attempt": 1})
@@ -412,10 +430,12 @@ class RunDriver:
             return
         await self._sleep_until(record.next_attempt_at)
         attempt = record.attempts_failed + 1
+        started_before = 0 if premarked else record.attempts_started
         keys = list(options.execute_lock_attribute_keys)
         await self.locks.acquire(keys, record.exec_id)
         try:
-            if record.remote is None and not premarked:
+            mark = record.remote is None or _marks_at_dispatch(record, attempt, options)
+            if mark and not premarked:
                 async with self.commit_lock:
                     if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                         return
@@ -429,6 +449,11 @@ class RunDriver:
                     return
                 if outcome.result is not None and outcome.result.execute is not None:
                     await self._commit_execute(record.exec_id, outcome.result)
+                elif not outcome.acknowledged:
+                    # It never reached user code: undo a start marked at dispatch.
+                    await self._execute_failed(
+                        record.exec_id, attempt, options, outcome, unstarted=started_before
+                    )
                 else:
                     await self._execute_failed(record.exec_id, attempt, options, outcome)
         finally:
@@ -438,6 +463,11 @@ class RunDriver:
         self, exec_id: str, attempt: int, first_attempt_at: float | None = None
     ) -> None:
         tx = self.tx()
+        self._stage_start(tx, exec_id, attempt, first_attempt_at)
+        await self.commit(tx)
+
+    @staticmethod
+    def _stage_start(tx: Tx, exec_id: str, attempt: int, first_attempt_at: float | None) -> None:
         current = tx.current(exec_id)
         tx.update(
             evolve(
@@ -448,24 +478,36 @@ class RunDriver:
             )
         )
         tx.history(exec_id, "attempt_started", {"attempt": attempt})
-        await self.commit(tx)
 
     async def ack_remote_start(self, exec_id: str, attempt: int) -> bool:
         """A remote task is about to run user code: record it, or refuse."""
+        return (await self.ack_remote_starts([(exec_id, attempt)]))[0]
+
+    async def ack_remote_starts(self, attempts: list[tuple[str, int]]) -> list[bool]:
+        """Remote attempts about to run user code: record the starts not recorded
+        at dispatch (in one commit), or refuse each that is superseded."""
         async with self.commit_lock:
-            live = self._live.get(exec_id)
-            if live is None or live.attempt != attempt:
-                return False
-            record = self.state.execs.get(exec_id)
-            if record is None or record.status is ExecStatus.WAIT_FOR:
-                return record is not None and self._is_current(
-                    exec_id, ExecStatus.WAIT_FOR, attempt, wait=True
-                )
-            if not self._is_current(exec_id, ExecStatus.READY, attempt, wait=False):
-                return False
-            await self._mark_started(exec_id, attempt, live.first_attempt_at)
-            live.last_beat = asyncio.get_running_loop().time()
-            return True
+            answers: list[bool] = []
+            accepted: list[_Live] = []
+            tx = self.tx()
+            for exec_id, attempt in attempts:
+                live = self._live.get(exec_id)
+                record = self.state.execs.get(exec_id)
+                ok = live is not None and live.attempt == attempt and record is not None
+                if ok and record is not None and record.status is ExecStatus.WAIT_FOR:
+                    ok = self._is_current(exec_id, ExecStatus.WAIT_FOR, attempt, wait=True)
+                elif ok and record is not None:
+                    ok = self._is_current(exec_id, ExecStatus.READY, attempt, wait=False)
+                    if ok and live is not None and record.attempts_started < attempt:
+                        self._stage_start(tx, exec_id, attempt, live.first_attempt_at)
+                if ok and live is not None:
+                    accepted.append(live)
+                answers.append(ok)
+            if tx.commit.history:
+                await self.commit(tx)
+            for live in accepted:
+                _acknowledged(live)
+            return answers
 
     async def _commit_execute(self, exec_id: str, result: StepResult) -> None:
         response = result.execute
@@ -490,10 +532,20 @@ class RunDriver:
         await self.commit(tx)
 
     async def _execute_failed(
-        self, exec_id: str, attempt: int, options: pb.StepOptions, outcome: AttemptOutcome
+        self,
+        exec_id: str,
+        attempt: int,
+        options: pb.StepOptions,
+        outcome: AttemptOutcome,
+        *,
+        unstarted: int | None = None,
     ) -> None:
+        """Record a failed attempt; ``unstarted``: it never reached user code, and
+        this is the start count to restore (undoing a mark made at dispatch)."""
         tx = self.tx()
         current = tx.current(exec_id)
+        if unstarted is not None and current.attempts_started >= attempt:
+            current = evolve(current, attempts_started=unstarted)
         policy = options.execute_retry_policy if options.HasField("execute_retry_policy") else None
         first = current.first_attempt_at or current.created_at
         delay = next_retry_delay(policy, attempt, first, tx.now, outcome.retry_after)
@@ -587,7 +639,7 @@ class RunDriver:
                     method,
                     request,
                     attempt_progress=progress,
-                    is_active=lambda: self._attempt_active(exec_id, attempt),
+                    is_active=lambda: self.attempt_active(exec_id, attempt),
                     sink=lambda frame: self.on_frame(exec_id, attempt, frame),
                 )
             )
@@ -595,7 +647,7 @@ class RunDriver:
             decode: Callable[[Any], StepResult] = _identity
         else:
             future, kill = self._submit_remote(record, attempt, method, request, progress)
-            live = _Live(attempt, loop.time(), kill, first_attempt_at)
+            live = _Live(attempt, loop.time(), kill, first_attempt_at, asyncio.Event())
             decode = _decode_remote
         self._live[exec_id] = live
         try:
@@ -606,14 +658,17 @@ class RunDriver:
                 last_beat=lambda: live.last_beat,
                 kill=live.kill,
                 decode=decode,
+                acked=live.acked,
             )
-        except _Abandoned:
+        except (_Abandoned, AbandonedAttempt):
             outcome = AttemptOutcome(error_type="AttemptAbandoned", detail="superseded attempt")
         except Exception as error:  # a result the engine cannot decode fails the attempt
             outcome = describe_failure(error)
         finally:
             if self._live.get(exec_id) is live:
                 del self._live[exec_id]
+        if live.acked is not None and not live.acked.is_set():
+            outcome.acknowledged = False
         return outcome
 
     def _submit_remote(
@@ -627,15 +682,35 @@ class RunDriver:
         import ray
 
         assert self.definition is not None and record.remote is not None
-        if self.definition.blob_ref is None:
-            self.definition.blob_ref = ray.put(self.definition.blob)
-        options = RayTaskOptions.from_json(record.remote).ray_options()
+        definition = self.definition
+        if definition.blob_ref is None:
+            definition.blob_ref = ray.put(definition.blob)
+            definition.blob_key = definition_key(definition.blob)
+        ray_options = RayTaskOptions.from_json(record.remote)
+        method_name = "wait_for" if method is InvocationMethod.WAIT_FOR else "execute"
+        if ray_options.execution is RemoteExecution.POOL and self._pool is not None:
+            return self._pool.submit(
+                ray_options,
+                (
+                    definition.blob_key,
+                    [definition.blob_ref],
+                    method_name,
+                    request.SerializeToString(),
+                    progress.value,
+                    self._host_name,
+                    self.flow_id,
+                    record.exec_id,
+                    attempt,
+                ),
+                (self.flow_id, record.exec_id, attempt),
+                self._on_frames,
+            )
         ref = (
             remote_step_function()
-            .options(**options)
+            .options(**ray_options.ray_options())
             .remote(
-                self.definition.blob_ref,
-                "wait_for" if method is InvocationMethod.WAIT_FOR else "execute",
+                definition.blob_ref,
+                method_name,
                 request.SerializeToString(),
                 progress.value,
                 self._host_handle,
@@ -650,9 +725,14 @@ class RunDriver:
 
         return asyncio.ensure_future(_await_ref(ref)), kill
 
-    def _attempt_active(self, exec_id: str, attempt: int) -> bool:
+    def attempt_active(self, exec_id: str, attempt: int) -> bool:
+        """Whether ``attempt`` of ``exec_id`` is running for this driver now."""
         live = self._live.get(exec_id)
         return live is not None and live.attempt == attempt and self.state.is_running
+
+    def _on_frames(self, frames: list[tuple[str, str, int, str, bytes]]) -> None:
+        for _, exec_id, attempt, kind, payload in frames:
+            self.on_frame(exec_id, attempt, decode_frame(kind, payload))
 
     def on_frame(
         self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
@@ -712,6 +792,34 @@ class RunDriver:
 
 class _Abandoned(Exception):
     """A remote task found its attempt superseded and ran nothing."""
+
+
+def _marks_at_dispatch(
+    record: ExecRecord, attempt: int, options: pb.StepOptions | None = None
+) -> bool:
+    """Whether a remote attempt's start is recorded when it is dispatched.
+
+    It is unless it is the Step's last attempt: a host that dies before the
+    attempt reaches user code then costs one attempt (it counts as started),
+    never the last one, which is recorded at its acknowledgement instead (one
+    more commit) and is dispatched again after such a crash. For a
+    single-attempt Step (a write that must not run twice) the start is always
+    exact.
+    """
+    if options is None:
+        options = pb.StepOptions.FromString(record.options)
+    maximum = (
+        options.execute_retry_policy.maximum_attempts
+        if options.HasField("execute_retry_policy")
+        else 0
+    )
+    return maximum == 0 or attempt < maximum
+
+
+def _acknowledged(live: _Live) -> None:
+    live.last_beat = asyncio.get_running_loop().time()
+    if live.acked is not None:
+        live.acked.set()
 
 
 def _cancel(future: asyncio.Future[Any]) -> None:

@@ -16,12 +16,14 @@ from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._client import EngineClient
 from dex_agents_ray.engine._codecs import CachingCodecRegistry
+from dex_agents_ray.engine._executor import EXECUTOR_PREFIX
 from dex_agents_ray.engine._hosts import (
     SCHEDULER_NAME,
     HostConfig,
     host_handle,
     scheduler_handle,
 )
+from dex_agents_ray.engine._options import ExecutorPoolOptions
 from dex_agents_ray.engine._placement import (
     DEDICATED_PREFIX,
     SHARED_PREFIX,
@@ -41,7 +43,7 @@ from dex_agents_ray.engine._sync import SyncEngineClient
 logger = logging.getLogger("dex_agents_ray.engine")
 
 DEFAULT_NAMESPACE = "dex-agents-ray"
-HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX)
+HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX, EXECUTOR_PREFIX)
 DEFAULT_STORE_DIR = ".dex-agents-ray"
 
 
@@ -126,6 +128,7 @@ class FlowEngine:
         placement: Placement,
         passivate_after: timedelta | None,
         host_resources: dict[str, float] | None = None,
+        executor_pool: ExecutorPoolOptions | None = None,
     ) -> None:
         self.flows = flows
         self.registry = registry
@@ -143,6 +146,7 @@ class FlowEngine:
             placement=placement,
             passivate_after=None if passivate_after is None else passivate_after.total_seconds(),
             host_resources=host_resources,
+            executor_pool=executor_pool or ExecutorPoolOptions(),
         )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
@@ -161,6 +165,7 @@ class FlowEngine:
         shared_hosts: int = 4,
         passivate_after: timedelta | None = None,
         host_resources: dict[str, float] | None = None,
+        executor_pool: ExecutorPoolOptions | None = None,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -190,6 +195,9 @@ class FlowEngine:
             host_resources: Custom Ray resources every host actor (and the
                 scheduler) requires, e.g. ``{"sessions": 0.001}`` to keep hosts on
                 the nodes that offer them.
+            executor_pool: How the executor actors of remote Steps scale (see
+                ``ExecutorPoolOptions``); every driver of a namespace should
+                pass the same. ``None``: the defaults.
         """
         import ray
         from ray import cloudpickle
@@ -233,6 +241,7 @@ class FlowEngine:
             placement=placement,
             passivate_after=passivate_after,
             host_resources=host_resources,
+            executor_pool=executor_pool,
         )
         if passivate_after is not None:
             await scheduler_handle(engine.host_config).woken_runs.remote()
@@ -296,7 +305,7 @@ class FlowEngine:
             ray.shutdown()
 
     async def stop_hosts(self) -> None:
-        """Kill every host actor of this engine's namespace."""
+        """Kill every host and executor actor of this engine's namespace."""
         import ray
         from ray.util import list_named_actors
 

@@ -24,8 +24,9 @@ from dex_agents_ray.engine._errors import Envelope, HostPassivatedError, envelop
 from dex_agents_ray.engine._hosts import HostConfig
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
 from dex_agents_ray.engine._placement import PlacementMode
+from dex_agents_ray.engine._pool import ExecutorPool
 from dex_agents_ray.engine._records import StreamAppend
-from dex_agents_ray.engine._remote import load_definition
+from dex_agents_ray.engine._remote import decode_frame, load_definition
 from dex_agents_ray.engine._store import FlowStore, open_store
 
 logger = logging.getLogger("dex_agents_ray.engine")
@@ -66,6 +67,7 @@ class FlowHost:
         self._stream_queues: dict[str, asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]] = {}
         self._stream_writers: set[asyncio.Task[None]] = set()
         self._refused: dict[str, int] = {}
+        self._pool = ExecutorPool(config.namespace, config.executor_pool)
         self._resume: asyncio.Task[Any] | None = None
         loop = asyncio.get_running_loop()
         if flow_id is not None:
@@ -175,6 +177,8 @@ class FlowHost:
             host_handle=ray.get_runtime_context().current_actor,
             on_stream=self._on_stream,
             on_stale=lambda: self._count_refusal(flow_id),
+            pool=self._pool,
+            host_name=self._config.placement.host_name(flow_id),
         )
         if loaded is not None:
             driver.load(loaded)
@@ -334,14 +338,42 @@ class FlowHost:
         self, flow_id: str, exec_id: str, attempt: int, kind: str, payload: bytes
     ) -> None:
         driver = self._drivers.get(flow_id)
-        if driver is None:
-            return
-        frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
-        if kind == "heartbeat":
-            frame = pb.StepMethodHeartbeat.FromString(payload)
-        else:
-            frame = pb.StepStreamWrite.FromString(payload)
-        driver.on_frame(exec_id, attempt, frame)
+        if driver is not None:
+            driver.on_frame(exec_id, attempt, decode_frame(kind, payload))
+
+    async def remote_frames(self, frames: list[tuple[str, str, int, str, bytes]]) -> None:
+        """Heartbeats and Stream writes from an executor, in the order they happened."""
+        for flow_id, exec_id, attempt, kind, payload in frames:
+            await self.remote_frame(flow_id, exec_id, attempt, kind, payload)
+
+    async def ack_remote_starts(self, attempts: list[tuple[str, str, int]]) -> list[bool]:
+        """Start acknowledgements from an executor: one commit per run."""
+        by_run: dict[str, list[int]] = {}
+        for index, (flow_id, _, _) in enumerate(attempts):
+            by_run.setdefault(flow_id, []).append(index)
+        answers = [False] * len(attempts)
+
+        async def one_run(flow_id: str, indexes: list[int]) -> None:
+            driver = self._drivers.get(flow_id)
+            if driver is None or driver.stale:
+                return
+            batch = [(attempts[i][1], attempts[i][2]) for i in indexes]
+            for index, answer in zip(indexes, await driver.ack_remote_starts(batch), strict=True):
+                answers[index] = answer
+
+        await asyncio.gather(*(one_run(f, i) for f, i in by_run.items()))
+        return answers
+
+    def live_attempts(self, attempts: list[tuple[str, str, int]]) -> list[bool]:
+        """Whether each (flow ID, execution ID, attempt) is still running for this host;
+        executors cancel the calls that are not (their host died or moved on)."""
+        live = []
+        for flow_id, exec_id, attempt in attempts:
+            driver = self._drivers.get(flow_id)
+            live.append(
+                driver is not None and not driver.stale and driver.attempt_active(exec_id, attempt)
+            )
+        return live
 
     # -- operations for tooling and tests ----------------------------------------------
 

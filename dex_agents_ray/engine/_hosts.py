@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from dex_agents_ray.engine._options import ExecutorPoolOptions
 from dex_agents_ray.engine._placement import Placement, PlacementMode
 from dex_agents_ray.engine._store import StoreConfig
 
@@ -22,6 +23,8 @@ class HostConfig:
     """Seconds a run may sit idle (only waiting) before it leaves memory; ``None``: never."""
     host_resources: dict[str, float] | None = None
     """Custom Ray resources each host actor needs (to keep hosts on some nodes)."""
+    executor_pool: ExecutorPoolOptions = field(default_factory=ExecutorPoolOptions)
+    """How remote Steps' pooled executors scale."""
 
 
 _classes: dict[str, Any] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -11,10 +12,30 @@ from dex import RecoveryErrorInfo, StepOptions
 
 __all__ = [
     "EngineRecoveryErrorInfo",
+    "ExecutorPoolOptions",
     "RayTaskOptions",
+    "RemoteExecution",
     "RemoteStepOptions",
     "StepAttemptProgress",
 ]
+
+DEFAULT_IO_CONCURRENCY = 100
+"""Calls one pooled executor runs at once for a light shape (see ``RayTaskOptions``)."""
+
+
+class RemoteExecution(StrEnum):
+    """Where a remote Step's attempts run.
+
+    ``POOL`` (the default): on long-lived executor actors of the Step's resource
+    shape, many calls per process; an attempt costs two actor calls (measured
+    in ``benchmarks/agent_loop.py``). ``TASK``: each attempt is its own Ray task,
+    in a task worker process of its own while it runs; a Step timeout kills that
+    process. Choose ``TASK`` for code that must not share a process (it blocks
+    its event loop, leaks memory, or must be killable mid-call).
+    """
+
+    POOL = "pool"
+    TASK = "task"
 
 
 class StepAttemptProgress(StrEnum):
@@ -62,8 +83,22 @@ class RayTaskOptions:
     """Custom Ray resources, e.g. ``{"browser": 1}``."""
     runtime_env: dict[str, Any] | None = None
     """A Ray runtime environment for the task; ``None`` inherits the job's."""
+    execution: RemoteExecution = RemoteExecution.POOL
+    """Pooled executor actors (the default) or one Ray task per attempt."""
+    max_concurrency: int | None = None
+    """Pooled execution: calls one executor runs at once. The executor reserves
+    the shape's resources (``num_cpus``, ``num_gpus``, ``memory``,
+    ``resources``) once, as a Ray task of that shape would, and its calls share
+    them. ``None``: 1 for a shape that asks for a GPU, a whole CPU or more,
+    memory or a custom resource (each call then holds the reservation alone,
+    as a task does), else 32 (I/O-bound tools). Unused with ``TASK``."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "execution", RemoteExecution(self.execution))
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(
+                f"RayTaskOptions.max_concurrency must be >= 1, got {self.max_concurrency}"
+            )
         if self.num_cpus < 0:
             raise ValueError(f"RayTaskOptions.num_cpus must be >= 0, got {self.num_cpus}")
         if self.num_gpus < 0:
@@ -83,6 +118,8 @@ class RayTaskOptions:
                 "memory": self.memory,
                 "resources": self.resources,
                 "runtime_env": self.runtime_env,
+                "execution": self.execution.value,
+                "max_concurrency": self.max_concurrency,
             },
             sort_keys=True,
         )
@@ -97,7 +134,34 @@ class RayTaskOptions:
             memory=data["memory"],
             resources=dict(data["resources"]),
             runtime_env=data["runtime_env"],
+            # Records written before pooled execution existed ran as tasks.
+            execution=RemoteExecution(data.get("execution", RemoteExecution.TASK)),
+            max_concurrency=data.get("max_concurrency"),
         )
+
+    def executor_concurrency(self) -> int:
+        """Calls one pooled executor of this shape runs at once."""
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        heavy = self.num_gpus > 0 or self.num_cpus >= 1 or self.memory is not None or self.resources
+        return 1 if heavy else DEFAULT_IO_CONCURRENCY
+
+    def shape_key(self) -> str:
+        """A short stable name of the executor shape (the pool's part of actor names)."""
+        import hashlib
+
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()[:12]
+
+    def executor_actor_options(self) -> dict[str, Any]:
+        """Ray actor options of one pooled executor: the shape's reservation, once."""
+        options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory is not None:
+            options["memory"] = self.memory
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        if self.runtime_env is not None:
+            options["runtime_env"] = self.runtime_env
+        return options
 
     def ray_options(self) -> dict[str, Any]:
         """The keyword arguments for ``ray.remote(...).options``."""
@@ -118,7 +182,8 @@ class RayTaskOptions:
 
 @dataclass(frozen=True)
 class RemoteStepOptions(StepOptions):
-    """``StepOptions`` that also run the Step's handlers as a Ray task.
+    """``StepOptions`` that also run the Step's handlers on Ray (pooled executors
+    by default, or a Ray task per attempt; see :class:`RayTaskOptions`).
 
     Return it from ``Step.get_step_options()`` to run every execution of the
     Step remotely, or pass it as one movement's options
@@ -130,3 +195,36 @@ class RemoteStepOptions(StepOptions):
     """
 
     ray: RayTaskOptions = field(default_factory=RayTaskOptions)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorPoolOptions:
+    """How the engine scales the executor actors of each resource shape.
+
+    Executors are detached, named actors of the engine's namespace
+    (``dexexec:<shape>:<i>``), spread over the nodes that have the shape's
+    resources. A host sends a call to the executor it has the fewest calls on;
+    it starts another executor (up to ``max_executors``) when every executor it
+    knows reports calls waiting for a slot. Calls past every slot wait in the
+    executor, and that wait counts against neither the Step's timeout nor its
+    heartbeat timeout: both start when the call acknowledges its start. Ray
+    restarts an executor that dies; its in-flight attempts fail (``NOT_STARTED``
+    before the acknowledgement, ``NOT_COMPLETED`` after). Executors live until
+    ``FlowEngine.stop_hosts``.
+    """
+
+    max_executors: int = 8
+    """Most executors per shape."""
+    orphan_check: timedelta = timedelta(seconds=2)
+    """How often an executor asks the hosts of its running calls whether each
+    attempt is still theirs; a call whose host died or moved on is cancelled."""
+
+    def __post_init__(self) -> None:
+        if self.max_executors < 1:
+            raise ValueError(
+                f"ExecutorPoolOptions.max_executors must be >= 1, got {self.max_executors}"
+            )
+        if self.orphan_check <= timedelta(0):
+            raise ValueError(
+                f"ExecutorPoolOptions.orphan_check must be positive, got {self.orphan_check}"
+            )

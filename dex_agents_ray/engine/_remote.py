@@ -1,4 +1,4 @@
-"""Step handlers that run as Ray tasks.
+"""Step handlers that run on Ray: the shared wire format, and the Ray-task form.
 
 The task acknowledges its start to the run's host before any user code runs
 (the host records the start durably, or refuses a superseded attempt), sends
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import threading
 from typing import Any
 
 from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
 
+from dex_agents_ray.engine._faults import wait_at_gate_before_ack
 from dex_agents_ray.engine._invoke import (
     FlowMapper,
     MovementExtras,
@@ -25,11 +25,6 @@ from dex_agents_ray.engine._invoke import (
     invoke_step,
 )
 from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
-
-GATE_BEFORE_ACK_ENV = "DEX_AGENTS_RAY_GATE_BEFORE_ACK"
-"""Crash-injection point: ``<state_dir>:<gate name>`` makes a remote Step task
-wait on that ``FileGate`` before it acknowledges its start (tests use it to kill
-a worker that has not started user code)."""
 
 ABANDONED = "abandoned"
 
@@ -88,14 +83,29 @@ def decode_result(encoded: tuple[str, bytes, list[tuple[str | None, str | None]]
     )
 
 
-def _wait_at_gate() -> None:
-    spec = os.environ.get(GATE_BEFORE_ACK_ENV)
-    if not spec:
-        return
-    from dex_agents_ray.testing._gates import FileGate
+def encode_frame(frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> tuple[str, bytes]:
+    """A frame as (``"heartbeat"`` | ``"stream"``, bytes) for the way back to the host."""
+    kind = "heartbeat" if isinstance(frame, pb.StepMethodHeartbeat) else "stream"
+    return kind, frame.SerializeToString()
 
-    state_dir, name = spec.rsplit(":", 1)
-    FileGate(state_dir, name).wait_for_release_sync()
+
+def decode_frame(kind: str, payload: bytes) -> pb.StepMethodHeartbeat | pb.StepStreamWrite:
+    """The inverse of :func:`encode_frame`."""
+    frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    if kind == "heartbeat":
+        frame = pb.StepMethodHeartbeat.FromString(payload)
+    else:
+        frame = pb.StepStreamWrite.FromString(payload)
+    return frame
+
+
+def parse_request(
+    method: str, request: bytes
+) -> tuple[InvocationMethod, pb.InvokeExecuteMethodRequest | pb.InvokeWaitForMethodRequest]:
+    """Decode what the host sent: ``"wait_for"`` or ``"execute"`` and its request."""
+    if method == "wait_for":
+        return InvocationMethod.WAIT_FOR, pb.InvokeWaitForMethodRequest.FromString(request)
+    return InvocationMethod.EXECUTE, pb.InvokeExecuteMethodRequest.FromString(request)
 
 
 def run_remote_step(
@@ -111,23 +121,15 @@ def run_remote_step(
     """The body of a remote Step task (see the module docstring)."""
     import ray
 
-    _wait_at_gate()
+    wait_at_gate_before_ack()
     if not ray.get(host.ack_remote_start.remote(flow_id, exec_id, attempt)):
         return ABANDONED
     flow, mapper = load_definition(blob)
-    invocation = InvocationMethod.WAIT_FOR if method == "wait_for" else InvocationMethod.EXECUTE
-    parsed: pb.InvokeExecuteMethodRequest | pb.InvokeWaitForMethodRequest
-    if invocation is InvocationMethod.WAIT_FOR:
-        parsed = pb.InvokeWaitForMethodRequest.FromString(request)
-    else:
-        parsed = pb.InvokeExecuteMethodRequest.FromString(request)
+    invocation, parsed = parse_request(method, request)
     sent: list[Any] = []
 
     def sink(frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
-        kind = "heartbeat" if isinstance(frame, pb.StepMethodHeartbeat) else "stream"
-        sent.append(
-            host.remote_frame.remote(flow_id, exec_id, attempt, kind, frame.SerializeToString())
-        )
+        sent.append(host.remote_frame.remote(flow_id, exec_id, attempt, *encode_frame(frame)))
 
     try:
         result = _task_loop().run_until_complete(

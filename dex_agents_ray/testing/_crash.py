@@ -7,7 +7,7 @@ import signal
 from collections.abc import Generator
 from typing import Any
 
-from dex_agents_ray.engine._remote import GATE_BEFORE_ACK_ENV
+from dex_agents_ray.engine._faults import GATE_BEFORE_ACK_ENV
 
 
 class KilledPid(int):

@@ -1,0 +1,355 @@
+"""Pooled executors: long-lived actors that run remote Step attempts.
+
+A Ray task per attempt costs a worker process whenever no idle one is at hand
+(about 1 s and 100-400 MiB each here), and Ray does not share task workers
+between detached host actors. An executor is a detached, named async actor of
+one resource shape that runs many attempts, each as a coroutine, so an attempt
+costs two actor calls. Protocol of one call (``StepExecutor.run``):
+
+1. wait for a slot (backpressure; the host's timeouts have not started);
+2. load the Flow definition (once per executor and Flow version);
+3. acknowledge the start to the run's host, which records it durably or
+   refuses a superseded attempt (``ABANDONED``);
+4. run the handler; heartbeats and Stream writes go back to the host in
+   batches, and every frame is delivered before the result is returned.
+
+An executor that dies fails its in-flight calls: the host sees the actor
+error and counts the attempt as failed (``NOT_STARTED`` when no start was
+recorded). A call whose host died or moved on (the host no longer tracks that
+attempt) is cancelled by the orphan check, so a crashed host does not leave
+its tools running. Sync handlers and sync tools run in threads; an async
+handler that blocks its event loop stalls the executor's other calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
+from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
+from dex_agents_ray.engine._options import StepAttemptProgress
+from dex_agents_ray.engine._remote import (
+    ABANDONED,
+    encode_frame,
+    encode_result,
+    load_definition,
+    parse_request,
+)
+
+logger = logging.getLogger("dex_agents_ray.engine")
+
+EXECUTOR_PREFIX = "dexexec:"
+CANCELLED = "cancelled"
+"""What ``run`` returns for a call the engine cancelled (timeout, orphan)."""
+
+AttemptKey = tuple[str, str, int]
+"""(flow ID, execution ID, attempt)."""
+FrameRecord = tuple[str, str, int, str, bytes]
+"""(flow ID, execution ID, attempt, ``"heartbeat"`` | ``"stream"``, payload)."""
+
+
+def executor_name(shape_key: str, index: int) -> str:
+    return f"{EXECUTOR_PREFIX}{shape_key}:{index}"
+
+
+@dataclass
+class _Call:
+    host_name: str
+    task: asyncio.Future[Any]
+    started: float
+    cancelled: bool = False
+
+
+@dataclass
+class _HostLink:
+    """What goes to one host: start acknowledgements and frames, in batches.
+
+    An acknowledgement is sent at once when none is in flight to that host;
+    those that arrive meanwhile go together in the next call. Frames wait up to
+    ``FRAME_DELAY`` so that a short call's frames ride back with its result.
+    """
+
+    handle: Any
+    acks: list[tuple[AttemptKey, asyncio.Future[bool]]] = field(default_factory=list)
+    acking: bool = False
+    frames: list[FrameRecord] = field(default_factory=list)
+    frame_timer: asyncio.TimerHandle | None = None
+    frame_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def idle(self) -> bool:
+        return not (self.acks or self.acking or self.frames or self.frame_lock.locked())
+
+
+FRAME_DELAY = 0.05
+"""Seconds a heartbeat or Stream write may wait to be batched (heartbeat
+timeouts are minutes; a UI sees a tool's events this much later at most)."""
+_MAX_IDLE_LINKS = 4096
+
+
+class StepExecutor:
+    """One pooled executor; see the module docstring."""
+
+    async def __init__(  # type: ignore[misc]
+        self, namespace: str, shape: str, concurrency: int, orphan_check_seconds: float
+    ) -> None:
+        self._namespace = namespace
+        """Where the hosts' names live (the actors' namespace, not the job's)."""
+        self._shape = shape
+        self._concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)
+        self._waiting = 0
+        self._running = 0
+        self._completed = 0
+        self._calls: dict[AttemptKey, _Call] = {}
+        self._links: dict[str, _HostLink] = {}
+        self._definitions: dict[str, tuple[Any, FlowMapper]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._orphan_check = orphan_check_seconds
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_orphans())
+
+    # -- calls ---------------------------------------------------------------------------
+
+    async def run(
+        self,
+        definition_key: str,
+        blob_box: list[Any],
+        method: str,
+        request: bytes,
+        progress: str,
+        host_name: str,
+        flow_id: str,
+        exec_id: str,
+        attempt: int,
+    ) -> tuple[bool, Any, list[FrameRecord]]:
+        """Run one attempt; returns whether it waited for a slot, its result,
+        and the frames it wrote that were not sent yet (the host applies them
+        before the result).
+
+        ``blob_box`` holds the Flow definition's object ref, boxed so that Ray
+        does not fetch it for calls whose definition is already loaded.
+        """
+        queued = self._slots.locked()
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        self._running += 1
+        try:
+            link = await self._link(host_name)
+            key = (flow_id, exec_id, attempt)
+            result = await self._run(
+                definition_key, blob_box, method, request, progress, host_name, link, key
+            )
+            return queued, result, await self._take_frames(link, key)
+        finally:
+            self._running -= 1
+            self._completed += 1
+            self._slots.release()
+
+    async def _run(
+        self,
+        definition_key: str,
+        blob_box: list[Any],
+        method: str,
+        request: bytes,
+        progress: str,
+        host_name: str,
+        link: _HostLink,
+        key: AttemptKey,
+    ) -> Any:
+        if gate_before_ack_spec() is not None:
+            await asyncio.to_thread(wait_at_gate_before_ack)
+        flow, mapper = await self._definition(definition_key, blob_box)
+        if not await self._acknowledge(link, key):
+            return ABANDONED
+        invocation, parsed = parse_request(method, request)
+
+        def sink(frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
+            self._queue_frame(link, (*key, *encode_frame(frame)))
+
+        call: _Call | None = None
+
+        def active() -> bool:
+            return call is not None and not call.cancelled
+
+        task = asyncio.ensure_future(
+            invoke_step(
+                mapper,
+                flow,
+                invocation,
+                parsed,
+                attempt_progress=StepAttemptProgress(progress),
+                is_active=active,
+                sink=sink,
+            )
+        )
+        call = _Call(host_name, task, asyncio.get_running_loop().time())
+        self._calls[key] = call
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            if call.cancelled:
+                return CANCELLED
+            raise
+        finally:
+            if self._calls.get(key) is call:
+                del self._calls[key]
+        return encode_result(result)
+
+    async def _definition(self, key: str, blob_box: list[Any]) -> tuple[Any, FlowMapper]:
+        cached = self._definitions.get(key)
+        if cached is None:
+            blob: bytes = await blob_box[0]
+            cached = await asyncio.to_thread(load_definition, blob)
+            self._definitions[key] = cached
+        return cached
+
+    def cancel(self, flow_id: str, exec_id: str, attempt: int) -> bool:
+        """Cancel a running attempt (its Step timed out); False if it is not here."""
+        call = self._calls.get((flow_id, exec_id, attempt))
+        if call is None:
+            return False
+        call.cancelled = True
+        call.task.cancel()
+        return True
+
+    # -- the way back to hosts -----------------------------------------------------------
+
+    async def _link(self, host_name: str) -> _HostLink:
+        link = self._links.get(host_name)
+        if link is None:
+            import ray
+
+            # A handle found by name reaches the host's next incarnation too.
+            handle = await asyncio.to_thread(ray.get_actor, host_name, self._namespace)
+            link = self._links.get(host_name)
+            if link is None:
+                if len(self._links) >= _MAX_IDLE_LINKS:
+                    for name in [n for n, v in self._links.items() if v.idle()]:
+                        del self._links[name]
+                link = self._links[host_name] = _HostLink(handle)
+        return link
+
+    async def _acknowledge(self, link: _HostLink, key: AttemptKey) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        link.acks.append((key, future))
+        if not link.acking:
+            link.acking = True
+            self._spawn(self._send_acks(link))
+        return await future
+
+    async def _send_acks(self, link: _HostLink) -> None:
+        try:
+            while link.acks:
+                batch, link.acks = link.acks, []
+                try:
+                    answers = await link.handle.ack_remote_starts.remote([k for k, _ in batch])
+                except Exception as error:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (_, future), answer in zip(batch, answers, strict=True):
+                    if not future.done():
+                        future.set_result(bool(answer))
+        finally:
+            link.acking = False
+
+    def _queue_frame(self, link: _HostLink, record: FrameRecord) -> None:
+        link.frames.append(record)
+        if link.frame_timer is None:
+            loop = asyncio.get_running_loop()
+            link.frame_timer = loop.call_later(
+                FRAME_DELAY, lambda: self._spawn(self._flush_frames(link))
+            )
+
+    async def _flush_frames(self, link: _HostLink) -> None:
+        async with link.frame_lock:
+            link.frame_timer = None
+            batch, link.frames = link.frames, []
+            if not batch:
+                return
+            try:
+                await link.handle.remote_frames.remote(batch)
+            except Exception as error:  # the host died: its attempts are over
+                logger.debug("executor: %d frame(s) dropped: %s", len(batch), error)
+
+    async def _take_frames(self, link: _HostLink, key: AttemptKey) -> list[FrameRecord]:
+        """The attempt's frames not sent yet (after any delivery in flight)."""
+        async with link.frame_lock:
+            own = [f for f in link.frames if f[:3] == key]
+            if own:
+                link.frames = [f for f in link.frames if f[:3] != key]
+            return own
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- orphans -------------------------------------------------------------------------
+
+    async def _watch_orphans(self) -> None:
+        while True:
+            await asyncio.sleep(self._orphan_check)
+            try:
+                await self.check_orphans()
+            except Exception:
+                logger.exception("executor: the orphan check failed")
+
+    async def check_orphans(self) -> int:
+        """Cancel calls whose host no longer tracks their attempt; returns how many."""
+        now = asyncio.get_running_loop().time()
+        by_host: dict[str, list[AttemptKey]] = {}
+        for key, call in self._calls.items():
+            if not call.cancelled and now - call.started >= self._orphan_check:
+                by_host.setdefault(call.host_name, []).append(key)
+        cancelled = 0
+        for host_name, keys in by_host.items():
+            link = self._links.get(host_name)
+            if link is None:
+                continue
+            try:
+                live = await asyncio.wait_for(link.handle.live_attempts.remote(keys), timeout=30)
+            except TimeoutError:
+                continue  # a busy host is not a dead one
+            except Exception:
+                live = [False] * len(keys)  # the host is gone for good
+            for key, alive in zip(keys, live, strict=True):
+                if not alive and self.cancel(*key):
+                    logger.info("executor: cancelled orphaned attempt %s", key)
+                    cancelled += 1
+        return cancelled
+
+    # -- operations for tooling and tests ------------------------------------------------
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def stats(self) -> dict[str, Any]:
+        """Slots, running and waiting calls, calls completed since start."""
+        return {
+            "shape": self._shape,
+            "concurrency": self._concurrency,
+            "running": self._running,
+            "waiting": self._waiting,
+            "completed": self._completed,
+        }
+
+    async def shutdown(self) -> None:
+        self._watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watcher

@@ -1,0 +1,161 @@
+"""A host's view of the pooled executors: which executor gets the next call.
+
+Each host process keeps, per resource shape, the executors it has used and how
+many of its calls each one runs. A call goes to the first executor with a
+free slot by that count; when every executor it knows is at its slot count, or
+one reported a call that had to wait for a slot, the host starts the next one (up to
+``ExecutorPoolOptions.max_executors``). Executors are named, so every host of
+a namespace finds the same ones, and Ray restarts one that dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dex_agents_ray.engine._executor import CANCELLED, FrameRecord, executor_name
+from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
+from dex_agents_ray.engine._remote import ABANDONED
+
+_executor_class: Any = None
+
+
+def _remote_executor() -> Any:
+    global _executor_class
+    if _executor_class is None:
+        import ray
+
+        from dex_agents_ray.engine._executor import StepExecutor
+
+        _executor_class = ray.remote(StepExecutor)
+    return _executor_class
+
+
+class AbandonedAttempt(Exception):
+    """The executor found the attempt superseded (or cancelled) and ran nothing more."""
+
+
+@dataclass
+class _Shape:
+    options: RayTaskOptions
+    key: str
+    concurrency: int
+    handles: list[Any] = field(default_factory=list)
+    in_flight: list[int] = field(default_factory=list)
+    saw_queueing: bool = False
+
+
+class ExecutorPool:
+    """Per-host executor choice; see the module docstring."""
+
+    def __init__(self, namespace: str, options: ExecutorPoolOptions) -> None:
+        self._namespace = namespace
+        self._options = options
+        self._shapes: dict[str, _Shape] = {}
+
+    def submit(
+        self,
+        options: RayTaskOptions,
+        args: tuple[Any, ...],
+        attempt_key: tuple[str, str, int],
+        on_frames: Callable[[list[FrameRecord]], None],
+    ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
+        """Send one attempt to an executor of its shape; returns (result, kill).
+
+        Frames that come back with the reply go to ``on_frames`` before the
+        result is returned. The result is the encoded ``StepResult``; it raises
+        :class:`AbandonedAttempt` for a refused or cancelled attempt and Ray's
+        ``WorkerCrashedError`` when the executor died.
+        """
+        shape = self._shape(options)
+        index = self._pick(shape)
+        handle = shape.handles[index]
+        shape.in_flight[index] += 1
+        ref = handle.run.remote(*args)
+
+        async def result() -> Any:
+            try:
+                queued, payload, frames = await _executor_reply(ref)
+            finally:
+                shape.in_flight[index] -= 1
+            if queued:
+                shape.saw_queueing = True
+            if frames:
+                on_frames(frames)
+            if payload in (ABANDONED, CANCELLED):
+                raise AbandonedAttempt(payload)
+            return payload
+
+        future = asyncio.ensure_future(result())
+
+        def kill() -> None:
+            future.add_done_callback(_consume)
+            handle.cancel.remote(*attempt_key)
+
+        return future, kill
+
+    def _shape(self, options: RayTaskOptions) -> _Shape:
+        key = options.shape_key()
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = _Shape(options, key, options.executor_concurrency())
+            self._shapes[key] = shape
+        return shape
+
+    def _pick(self, shape: _Shape) -> int:
+        """The first executor with a free slot (calls made together share one, and
+        their acknowledgements one batch); a new one when none has, and the
+        least busy at the maximum."""
+        if shape.handles and not shape.saw_queueing:
+            for index, count in enumerate(shape.in_flight):
+                if count < shape.concurrency:
+                    return index
+        if len(shape.handles) >= self._options.max_executors:
+            return min(range(len(shape.handles)), key=shape.in_flight.__getitem__)
+        shape.saw_queueing = False
+        self._start(shape)
+        return len(shape.handles) - 1
+
+    def _start(self, shape: _Shape) -> None:
+        index = len(shape.handles)
+        handle = (
+            _remote_executor()
+            .options(
+                name=executor_name(shape.key, index),
+                namespace=self._namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=-1,
+                max_task_retries=0,
+                max_concurrency=10_000,
+                scheduling_strategy="SPREAD",
+                **shape.options.executor_actor_options(),
+            )
+            .remote(
+                self._namespace,
+                shape.options.to_json(),
+                shape.concurrency,
+                self._options.orphan_check.total_seconds(),
+            )
+        )
+        shape.handles.append(handle)
+        shape.in_flight.append(0)
+
+
+async def _executor_reply(ref: Any) -> tuple[bool, Any, list[FrameRecord]]:
+    """Await an executor call; an executor that died reads as a crashed worker."""
+    import ray.exceptions
+
+    try:
+        reply: tuple[bool, Any, list[FrameRecord]] = await ref
+    except ray.exceptions.RayActorError as error:
+        raise ray.exceptions.WorkerCrashedError() from error
+    return reply
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of an attempt nobody waits for any more."""
+    if not future.cancelled():
+        future.exception()

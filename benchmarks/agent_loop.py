@@ -11,10 +11,16 @@ Rows: the floors (plain asyncio; raw SQLite, one fsync per step and group commit
 DBOS and LangGraph when the ``bench`` extra is installed, and this project: the
 workload as one engine Flow per session (the peers' shape: one workflow per session)
 and as real agent sessions (``builtin_agent_session_flow``; the client sends each
-user message and reads the event stream), in shared and dedicated placement.
-Dedicated placement is not run at C=500 (an actor per session: 500 processes), nor
-are Ray-task tools (at C=50 they already run at tens of steps/s: 10 minutes a job).
-Peak RSS counts the host actors; Ray's own processes are reported apart.
+user message and reads the event stream). The headline row is the default
+configuration, ``dex:session-shared-ray``: shared hosts, tool Steps sent to Ray on
+pooled executors. The others run tools inline in the host, on dedicated hosts, or as
+one Ray task per attempt (``session-shared-tasks``). Dedicated placement is not run
+at C=500 (an actor per session: 500 processes), nor are Ray-task tools (tens of
+steps/s at C=50). Peak RSS counts the host and executor actors; Ray's own processes
+are reported apart, and "Ray PSS" sums the proportional set size of every Ray
+process (hosts, executors, task workers, GCS, raylet, agents) at the end of the
+C=50 job. The run ends with the fan-out issue's must-meet targets for the headline
+row, computed from this run.
 
 Interleaved rounds (``--rounds``) give medians; the machine is shared and noisy.
 
@@ -37,12 +43,15 @@ from benchmarks.peers.run import PeerJobError, run_job  # noqa: E402
 FLOORS = ("plain", "sqlite:full", "sqlite:group")
 PEERS = ("dbos:wal", "langgraph:async")
 OURS = (
+    "dex:session-shared-ray",
     "dex:flow-shared",
     "dex:flow-dedicated",
     "dex:session-shared",
     "dex:session-dedicated",
     "dex:session-shared-tasks",
 )
+HEADLINE = "dex:session-shared-ray"
+"""The default configuration: agent sessions whose tools go to Ray (pooled executors)."""
 RESTATE = {"ms_per_step": 2.575, "steps_per_s": 683.0}
 """Restate 1.7.12 from shared/research/perf-peers.md (a server from npm; not run here)."""
 
@@ -67,6 +76,38 @@ def _ratio(top: float | None, bottom: float | None) -> str:
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _ray_pss(figure: Any, system: str) -> float | None:
+    """PSS of every Ray process of the job at C=50: hosts, executors, task
+    workers and Ray's own (GCS, raylet, agents)."""
+    helpers = figure(system, 50, "helper_pss_mb")
+    platform = figure(system, 50, "platform_pss_mb")
+    if helpers is None and platform is None:
+        return None
+    return (helpers or 0.0) + (platform or 0.0)
+
+
+def _targets(figure: Any) -> None:
+    """The fan-out issue's must-meet targets for the headline row, from this run."""
+    ours, inline = HEADLINE, "dex:session-shared"
+    rate, inline_rate = figure(ours, 50, "steps_per_s"), figure(inline, 50, "steps_per_s")
+    dbos_rate, dbos_ms = figure("dbos:wal", 50, "steps_per_s"), figure("dbos:wal", 1, "ms_per_step")
+    ms = figure(ours, 1, "ms_per_step")
+    pss, inline_pss = _ray_pss(figure, ours), _ray_pss(figure, inline)
+    print(f"\ntargets for {ours} (the default: tools sent to Ray)")
+    rows = [
+        ("C=50 >= 0.8x inline-tool sessions", _ratio(rate, inline_rate), 0.8),
+        ("C=50 >= 2x DBOS", _ratio(rate, dbos_rate), 2.0),
+        ("C=1 faster than DBOS (DBOS ms / ours)", _ratio(dbos_ms, ms), 1.0),
+    ]
+    for label, value, goal in rows:
+        verdict = "-" if value == "-" else ("met" if float(value) >= goal else "NOT met")
+        print(f"  {label:<40}{value:>8}  {verdict}")
+    if pss is not None and inline_pss is not None:
+        extra = pss - inline_pss
+        verdict = "met" if extra <= 1536 else "NOT met"
+        print(f"  {'Ray PSS at C=50 within 1.5 GB of inline':<40}{extra:>+7,.0f}M  {verdict}")
 
 
 def main(rounds: int, sessions: int, with_500: bool) -> None:
@@ -102,7 +143,7 @@ def main(rounds: int, sessions: int, with_500: bool) -> None:
     )
     header = (
         f"{'system':<26}{'ms/step C=1':>12}{'CPU ms/step':>12}{'steps/s C=50':>14}"
-        f"{'steps/s C=500':>15}{'RSS MB C=50':>13}{'Ray MB':>8}"
+        f"{'steps/s C=500':>15}{'RSS MB C=50':>13}{'Ray MB':>8}{'Ray PSS MB':>12}"
     )
     print(header)
     for system in systems:
@@ -116,6 +157,7 @@ def main(rounds: int, sessions: int, with_500: bool) -> None:
             f"{_fmt(figure(system, 500, 'steps_per_s'), 0):>15}"
             f"{_fmt(figure(system, 50, 'peak_rss_mb'), 0):>13}"
             f"{_fmt(figure(system, 50, 'platform_rss_mb'), 0):>8}"
+            f"{_fmt(_ray_pss(figure, system), 0):>12}"
         )
     print(
         f"{'restate (research)':<26}{RESTATE['ms_per_step']:>12.3f}{'':>12}"
@@ -142,6 +184,7 @@ def main(rounds: int, sessions: int, with_500: bool) -> None:
             f"{RESTATE['ms_per_step'] / ms:>10.2f}"
         )
     print("* Restate's figure was measured on this machine type in another run, not this one.")
+    _targets(figure)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,21 @@ def _peak_rss_mb(pids: list[int]) -> float:
     return total
 
 
+def _pss_mb(pids: list[int]) -> float:
+    """The sum of the processes' proportional set size now (smaps_rollup) in MiB:
+    pages shared between Ray's processes count once in all."""
+    total = 0.0
+    for pid in pids:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in rollup.splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
 async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[str, Any]:
     """Run one job on an open system and return its figures.
 
@@ -162,9 +177,11 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
     if helpers:
         extra["helper_processes"] = len(helpers)
         extra["helper_peak_rss_mb"] = _peak_rss_mb(helpers)
+        extra["helper_pss_mb"] = _pss_mb(helpers)
     platform: list[int] = getattr(system, "ray_system_processes", list)()
     if platform:
         extra["platform_rss_mb"] = _peak_rss_mb(platform)
+        extra["platform_pss_mb"] = _pss_mb(platform)
     return {
         **extra,
         "C": concurrency,

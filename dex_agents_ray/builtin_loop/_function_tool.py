@@ -440,9 +440,9 @@ def function_tool(
             the approval interrupt keep the model's original arguments.
         step_options: The tool Step's own options: ``timeout``, ``retry_policy``
             (``CallTool`` only), ``heartbeat_timeout``, ``ray`` (CPUs, GPUs,
-            memory, custom resources, runtime_env of its Ray task) and
+            memory, custom resources, runtime_env, pooled or a Ray task) and
             ``run_inline`` (run a cheap async tool in the session's host
-            instead of a Ray task). Attempts, effects and crash semantics are
+            instead of on Ray). Attempts, effects and crash semantics are
             the same wherever it runs. ``None`` keeps the session's.
 
     Raises:

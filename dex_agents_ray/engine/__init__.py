@@ -8,7 +8,11 @@ on pooled executor actors of its resource shape (the default), or as a Ray
 task per attempt (``RayTaskOptions(execution=RemoteExecution.TASK)``).
 """
 
-from dex_agents_ray.engine._client import EngineClient, StepHistoryEntry
+from dex_agents_ray.engine._client import (
+    EXECUTE_COMPLETED_EVENT,
+    EngineClient,
+    StepHistoryEntry,
+)
 from dex_agents_ray.engine._engine import FlowEngine
 from dex_agents_ray.engine._errors import EngineError, HostCallError
 from dex_agents_ray.engine._options import (
@@ -30,6 +34,7 @@ from dex_agents_ray.engine._store import (
 from dex_agents_ray.engine._sync import SyncEngineClient
 
 __all__ = [
+    "EXECUTE_COMPLETED_EVENT",
     "EngineClient",
     "EngineError",
     "EngineRecoveryErrorInfo",

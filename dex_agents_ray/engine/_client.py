@@ -7,7 +7,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dex import (
@@ -51,18 +51,56 @@ READ_AHEAD_KEYS = 1024
 """Read-ahead entries a client keeps (the oldest go first)."""
 
 
+EXECUTE_COMPLETED_EVENT = "step_completed"
+"""The ``StepHistoryEntry.event_type`` of a Step whose ``execute`` completed."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepHistoryEntry:
-    """One entry of a run's Step history, oldest first."""
+    """One entry of a run's Step history, oldest first.
+
+    The spec's fields are ``event_type``, ``step_type``, ``step_execution_id``
+    and ``final_attempt``; ``at``, ``detail`` and ``event`` (the same as
+    ``event_type``) are the engine's own.
+    """
 
     at: datetime
+    """When the commit that wrote the entry was made."""
     step_execution_id: str
     """The Step execution (``"{StepType}-{n}"``); empty for run-level events."""
-    event: str
+    event_type: str
     """``flow_started``, ``step_scheduled``, ``wait_for_completed``, ``wait_satisfied``,
-    ``attempt_started``, ``attempt_failed``, ``step_completed``, ``step_failed``,
-    ``step_canceled``, ``rpc_applied`` or ``flow_closed``."""
+    ``attempt_started``, ``attempt_failed``, ``step_completed``
+    (:data:`EXECUTE_COMPLETED_EVENT`), ``step_failed``, ``step_canceled``,
+    ``rpc_applied`` or ``flow_closed``."""
     detail: dict[str, Any]
+    """The event's own fields (attempt, error, what it routed to, ...)."""
+    step_type: str = ""
+    """The Step's type; empty for run-level events."""
+    final_attempt: int | None = None
+    """The attempt the event is about (for ``step_completed``, the attempt that
+    completed); ``None`` for events that concern no attempt."""
+
+    @property
+    def event(self) -> str:
+        """The same as :attr:`event_type`."""
+        return self.event_type
+
+
+def _seconds(value: timedelta | float | None, name: str) -> float | None:
+    """A timeout as seconds; refuses what is neither a duration nor a number."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a timedelta, seconds or None, got {type(value).__name__}")
+    return float(value)
+
+
+def _attempt_of(detail: dict[str, Any]) -> int | None:
+    attempt = detail.get("attempt")
+    return attempt if isinstance(attempt, int) else None
 
 
 def _dex_status(status: RunStatus) -> FlowStatus:
@@ -238,8 +276,15 @@ class EngineClient:
             started_at=datetime.fromtimestamp(run.started_at, UTC),
         )
 
-    async def wait_for_flow(self, flow_id: str, timeout: float | None = None) -> FlowResult:
-        """Wait until the run closes; returns its status and Step outputs."""
+    async def wait_for_flow(
+        self, flow_id: str, timeout: timedelta | float | None = None
+    ) -> FlowResult:
+        """Wait until the run closes; returns its status and Step outputs.
+
+        ``timeout`` is a ``timedelta`` as in ``dex.AsyncClient`` (seconds as a
+        number are accepted too); ``None`` waits as long as it takes.
+        """
+        timeout = _seconds(timeout, "timeout")
         run = await self._run(flow_id, "WaitForFlow")
         if run.status is RunStatus.RUNNING:
             closed = await self._call(flow_id, "wait_closed", timeout)
@@ -274,9 +319,18 @@ class EngineClient:
         return self._values.decode(value, self._values.codec(output_type))
 
     async def search_flows(
-        self, query: str, page_size: int, next_page_token: str = ""
+        self,
+        query: str,
+        page_size: int,
+        next_page_token: str = "",
+        *,
+        include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        """Find runs by ``FlowType``, ``ActiveStepTypes`` and indexed Attributes."""
+        """Find runs by ``FlowType``, ``ActiveStepTypes`` and indexed Attributes.
+
+        ``include_continued_as_new`` is accepted for ``dex.AsyncClient``'s
+        signature; this engine has no continue-as-new, so it changes nothing.
+        """
         if page_size <= 0:
             raise ValueError(f"search_flows: page_size must be positive, got {page_size}")
         try:
@@ -317,8 +371,10 @@ class EngineClient:
             StepHistoryEntry(
                 at=datetime.fromtimestamp(h.at, UTC),
                 step_execution_id=h.exec_id,
-                event=h.event,
+                event_type=h.event,
                 detail=h.detail,
+                step_type=h.exec_id.rpartition("-")[0],
+                final_attempt=_attempt_of(h.detail),
             )
             for h in await self._engine.store.history(flow_id)
         ]
@@ -330,9 +386,11 @@ class EngineClient:
         flow_id: str,
         stream: Stream[Any],
         resume_token: str = "",
-        timeout: float | None = None,
+        timeout: timedelta | float | None = None,
     ) -> StreamMessage[Any]:
-        """The next message after ``resume_token`` (long poll up to ``timeout``)."""
+        """The next message after ``resume_token`` (long poll up to ``timeout``,
+        a ``timedelta`` as in ``dex.AsyncClient``, or seconds)."""
+        timeout = _seconds(timeout, "timeout")
         after = _offset(resume_token)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout

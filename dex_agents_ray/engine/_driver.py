@@ -9,6 +9,7 @@ that moves it through ``wait_for`` → waiting → ``execute`` attempts.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -686,11 +687,12 @@ class RunDriver:
         if definition.blob_ref is None:
             definition.blob_ref = ray.put(definition.blob)
             definition.blob_key = definition_key(definition.blob)
-        ray_options = RayTaskOptions.from_json(record.remote)
+        ray_options = _task_options(record.remote)
         method_name = "wait_for" if method is InvocationMethod.WAIT_FOR else "execute"
         if ray_options.execution is RemoteExecution.POOL and self._pool is not None:
             return self._pool.submit(
                 ray_options,
+                record.remote,
                 (
                     definition.blob_key,
                     [definition.blob_ref],
@@ -792,6 +794,12 @@ class RunDriver:
 
 class _Abandoned(Exception):
     """A remote task found its attempt superseded and ran nothing."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _task_options(text: str) -> RayTaskOptions:
+    """A stored ``RayTaskOptions`` (decoded once per distinct text)."""
+    return RayTaskOptions.from_json(text)
 
 
 def _marks_at_dispatch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -148,8 +149,6 @@ class RayTaskOptions:
 
     def shape_key(self) -> str:
         """A short stable name of the executor shape (the pool's part of actor names)."""
-        import hashlib
-
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()[:12]
 
     def executor_actor_options(self) -> dict[str, Any]:

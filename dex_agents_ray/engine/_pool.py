@@ -54,10 +54,12 @@ class ExecutorPool:
         self._namespace = namespace
         self._options = options
         self._shapes: dict[str, _Shape] = {}
+        self._by_text: dict[str, _Shape] = {}
 
     def submit(
         self,
         options: RayTaskOptions,
+        options_text: str,
         args: tuple[Any, ...],
         attempt_key: tuple[str, str, int],
         on_frames: Callable[[list[FrameRecord]], None],
@@ -69,7 +71,7 @@ class ExecutorPool:
         :class:`AbandonedAttempt` for a refused or cancelled attempt and Ray's
         ``WorkerCrashedError`` when the executor died.
         """
-        shape = self._shape(options)
+        shape = self._by_text.get(options_text) or self._shape(options, options_text)
         index = self._pick(shape)
         handle = shape.handles[index]
         shape.in_flight[index] += 1
@@ -96,12 +98,13 @@ class ExecutorPool:
 
         return future, kill
 
-    def _shape(self, options: RayTaskOptions) -> _Shape:
+    def _shape(self, options: RayTaskOptions, options_text: str) -> _Shape:
         key = options.shape_key()
         shape = self._shapes.get(key)
         if shape is None:
             shape = _Shape(options, key, options.executor_concurrency())
             self._shapes[key] = shape
+        self._by_text[options_text] = shape
         return shape
 
     def _pick(self, shape: _Shape) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dex import (
@@ -79,20 +80,32 @@ class SyncEngineClient:
     def describe_flow(self, flow_id: str) -> FlowInfo:
         return self._run(self._client.describe_flow(flow_id))
 
-    def wait_for_flow(self, flow_id: str, timeout: float | None = None) -> FlowResult:
+    def wait_for_flow(self, flow_id: str, timeout: timedelta | float | None = None) -> FlowResult:
         return self._run(self._client.wait_for_flow(flow_id, timeout))
 
     def search_flows(
-        self, query: str, page_size: int, next_page_token: str = ""
+        self,
+        query: str,
+        page_size: int,
+        next_page_token: str = "",
+        *,
+        include_continued_as_new: bool = False,
     ) -> SearchFlowsPage:
-        return self._run(self._client.search_flows(query, page_size, next_page_token))
+        return self._run(
+            self._client.search_flows(
+                query,
+                page_size,
+                next_page_token,
+                include_continued_as_new=include_continued_as_new,
+            )
+        )
 
     def read_stream(
         self,
         flow_id: str,
         stream: Stream[Any],
         resume_token: str = "",
-        timeout: float | None = None,
+        timeout: timedelta | float | None = None,
     ) -> StreamMessage[Any]:
         return self._run(self._client.read_stream(flow_id, stream, resume_token, timeout))
 

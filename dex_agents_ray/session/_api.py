@@ -273,20 +273,19 @@ class AgentSessionOptions:
     retained_message_limit: int | None = 1000
     """Reserved for retention with compaction; ``None`` keeps every message."""
     tool_ray_options: RayTaskOptions = field(default_factory=RayTaskOptions)
-    """Ray options of every tool Step's task unless the runner or
-    ``tool_ray_options_by_name`` says otherwise."""
+    """Ray options of every tool Step (pooled executors of that resource shape by
+    default) unless the runner or ``tool_ray_options_by_name`` says otherwise."""
     tool_ray_options_by_name: Mapping[str, RayTaskOptions] = field(default_factory=dict)
     """Ray options per tool name (CPUs, GPUs, memory, resources, runtime_env)."""
     inline_tools: frozenset[str] = frozenset()
-    """Tools whose Steps run in the session's host instead of a Ray task; for
+    """Tools whose Steps run in the session's host instead of on Ray; for
     cheap async tools. Attempts, effects and crash semantics are the same."""
     model_ray_options: RayTaskOptions | None = None
-    """Run each ``RunModel`` Step as a Ray task with these options (CPUs, GPUs,
-    custom resources, a runtime_env) instead of in the session's host, which then
-    never loads the model client's library. Not a memory saving today: Ray gives
-    each detached host actor its own task workers, so every host that calls a
-    model keeps a worker that loaded it (``benchmarks/model_memory.py``). A task
-    adds a few milliseconds per model call. ``None``: in the host."""
+    """Run each ``RunModel`` Step on Ray with these options (CPUs, GPUs, custom
+    resources, a runtime_env) instead of in the session's host, which then never
+    loads the model client's library: on the pooled executors of that shape,
+    shared by every host (``RemoteExecution.TASK``: a task worker per call). It
+    adds two actor calls per model call. ``None``: in the host."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_policies", dict(self.tool_policies))

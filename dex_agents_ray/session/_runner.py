@@ -430,9 +430,9 @@ class ToolCallStepOptions:
     heartbeat_timeout: timedelta | None = None
     """Fail an attempt without a heartbeat this long; ``None`` keeps the default."""
     ray: RayTaskOptions | None = None
-    """Ray options of the Step's task; ``None`` keeps the session's."""
+    """Ray options of the Step (its executor shape, or its task); ``None`` keeps the session's."""
     run_inline: bool | None = None
-    """Run the Step in the session's host, not a Ray task; ``None`` keeps the session's."""
+    """Run the Step in the session's host, not on Ray; ``None`` keeps the session's."""
 
 
 # -- protocols --------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 ``CallTool`` runs ``read`` and ``idempotent_write`` calls (3 attempts, failure
 route ``RecordToolFailure``); ``CallSingleAttemptTool`` runs the others (1
 attempt, failure route ``RecordToolOutcomeUnknown``); ``PollToolTask`` polls a
-task a tool started; ``CancelToolTask`` abandons one. They run as Ray tasks
-unless the call runs inline; placement never changes attempts or effects.
+task a tool started; ``CancelToolTask`` abandons one. They run on Ray (pooled
+executors, or a Ray task per attempt) unless the call runs inline; placement
+never changes attempts or effects.
 """
 
 from __future__ import annotations

@@ -1,0 +1,133 @@
+"""Pooled executors: backpressure, timeouts, orphaned calls, Ray-task execution."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import ray
+from dex import FlowStatus
+
+from dex_agents_ray.engine import ExecutorPoolOptions, RayTaskOptions, RemoteExecution
+from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
+from tests.engine.flows_crash import CrashFlow, Job
+from tests.engine.flows_pool import Fan, FanFlow
+from tests.engine.polling import eventually
+
+
+def _executors(namespace: str) -> list[Any]:
+    return [
+        ray.get_actor(a["name"], namespace=namespace)
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and a["name"].startswith("dexexec:")
+    ]
+
+
+async def _stats(namespace: str) -> list[dict[str, Any]]:
+    return [await handle.stats.remote() for handle in _executors(namespace)]
+
+
+async def test_500_queued_calls_all_run_once_and_queueing_is_not_timed(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    engine = await engine_factory([flow], executor_pool=ExecutorPoolOptions(max_executors=1))
+    # 5 slots for 500 calls of 20 ms: the last ones wait about 2 s for a slot,
+    # twice their 1 s Step timeout, which counts from their start only.
+    fan = Fan(str(state_dir), 500, concurrency=5, sleep_seconds=0.02, timeout_seconds=1)
+    await engine.client.start_flow(flow, "fan-500", fan)
+
+    result = await engine.client.wait_for_flow("fan-500", timeout=240)
+
+    assert result.status is FlowStatus.COMPLETED
+    outputs = result.completions[0].decode(list[str])
+    assert sorted(int(o.split(":")[0]) for o in outputs) == list(range(500))
+    assert not [o for o in outputs if ":failed:" in o]
+    calls = InvocationLog(state_dir / "calls.log").entries()
+    assert sorted(calls) == sorted(f"{i}/1" for i in range(500))
+    stats = await _stats(namespace)
+    assert len(stats) == 1 and stats[0]["concurrency"] == 5
+    assert stats[0]["completed"] == 500
+    history = await engine.client.read_step_history("fan-500")
+    assert not [h for h in history if h.event == "attempt_failed"]
+
+
+async def test_a_step_timeout_cancels_the_call_on_its_executor(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(
+        flow, "fan-timeout", Fan(str(state_dir), 1, gate="never", timeout_seconds=1)
+    )
+
+    result = await engine.client.wait_for_flow("fan-timeout", timeout=60)
+
+    assert result.completions[0].decode(list[str]) == ["0:failed:StepTimeoutError"]
+    await eventually(lambda: _stats(namespace), lambda s: s and s[0]["running"] == 0)
+
+
+async def test_a_call_whose_host_died_is_cancelled_on_its_executor(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = CrashFlow()
+    engine = await engine_factory(
+        [flow], executor_pool=ExecutorPoolOptions(orphan_check=timedelta(milliseconds=200))
+    )
+    await engine.client.start_flow(flow, "orphan-1", Job(str(state_dir), remote=True))
+    await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
+    await kill_flow_actor(engine, "orphan-1")
+
+    # The new incarnation counts the attempt as failed and retries it; the first
+    # attempt, still at its gate on the executor, is cancelled as an orphan.
+    await FileGate(state_dir, "work-2").wait_until_reached(timeout=120)
+    stats = await eventually(
+        lambda: _stats(namespace), lambda s: sum(x["running"] for x in s) == 1, timeout=60
+    )
+    assert sum(x["running"] for x in stats) == 1
+    FileGate(state_dir, "work-2").release()
+    result = await engine.client.wait_for_flow("orphan-1", timeout=90)
+    assert result.completions[0].decode(list[str]) == ["attempt-2"]
+    FileGate(state_dir, "work-1").release()
+    assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1", "Work-1/2"]
+
+
+async def test_task_execution_runs_each_attempt_in_a_task_worker(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(flow, "fan-task", Fan(str(state_dir), 3, task=True))
+
+    result = await engine.client.wait_for_flow("fan-task", timeout=120)
+
+    outputs = result.completions[0].decode(list[str])
+    assert [o.split(":")[0] for o in outputs] == ["0", "1", "2"]
+    host_pid = await engine.host("fan-task").pid.remote()
+    assert host_pid not in {int(o.split(":")[1]) for o in outputs}
+    assert _executors(namespace) == []
+
+
+def test_executor_options_are_checked_and_shapes_share_a_reservation() -> None:
+    light = RayTaskOptions(num_cpus=0.1)
+    assert light.execution is RemoteExecution.POOL
+    assert light.executor_concurrency() == 100
+    assert RayTaskOptions(num_gpus=1).executor_concurrency() == 1
+    assert RayTaskOptions(resources={"browser": 1}).executor_concurrency() == 1
+    assert RayTaskOptions(num_cpus=2, max_concurrency=4).executor_concurrency() == 4
+    assert light.executor_actor_options() == {"num_cpus": 0.1, "num_gpus": 0.0}
+    assert RayTaskOptions.from_json(light.to_json()) == light
+    assert light.shape_key() != RayTaskOptions(num_cpus=0.2).shape_key()
+    for bad, field in (
+        (lambda: RayTaskOptions(max_concurrency=0), "max_concurrency"),
+        (lambda: RayTaskOptions(execution="fork"), "fork"),  # type: ignore[arg-type]
+        (lambda: ExecutorPoolOptions(max_executors=0), "max_executors"),
+        (lambda: ExecutorPoolOptions(orphan_check=timedelta(0)), "orphan_check"),
+    ):
+        try:
+            bad()
+        except ValueError as error:
+            assert field in str(error)
+        else:
+            raise AssertionError(f"{field} was accepted")

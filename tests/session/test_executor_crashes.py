@@ -1,0 +1,85 @@
+"""A tool's executor (the pooled Ray actor running its Step) killed mid-call: each
+effect keeps its semantics, exactly as when a task worker or the host dies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dex_agents_ray import (
+    TOOL_CALL_NOT_RUN_ERROR_PREFIX,
+    AgentSessionClient,
+    AgentSessionOptions,
+    ToolEffect,
+    ToolPolicy,
+)
+from dex_agents_ray.testing import FileGate, InvocationLog, kill_process
+from tests.session.agents import Call, Reply, build_flow
+from tests.session.polling import snapshot_when, turn_done
+
+
+async def _kill_executor_during(
+    engine_factory: Any, state_dir: Path, effect: ToolEffect, session_id: str
+) -> tuple[str, int]:
+    """Run one gated call of ``effect``, kill its executor at the gate; returns
+    the answer and the killed PID."""
+    options = AgentSessionOptions(
+        tool_policies={"work": ToolPolicy(effect, requires_approval=False)}
+    )
+    flow = build_flow(
+        state_dir,
+        {"go": [Reply(calls=[Call("c1", "work")]), Reply()]},
+        {"work": "gate"},
+        options=options,
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    FileGate(state_dir, "work-2").release()
+    await sessions.start_session(session_id, "go")
+    pid = await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
+    assert pid != await engine.host(session_id).pid.remote()
+    kill_process(pid)
+    done = await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+    return done.messages[-1].text or "", pid
+
+
+def _entries(state_dir: Path) -> list[str]:
+    return InvocationLog(state_dir / "work.log").entries()
+
+
+async def test_executor_killed_during_a_read_runs_it_again(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    answer, killed = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.READ, "exec-read"
+    )
+
+    assert answer == "work=work done"
+    assert [e.split("/")[1] for e in _entries(state_dir)] == ["1", "2"]
+    # Ray replaced the executor: the retry ran in a new process.
+    assert FileGate(state_dir, "work-2").reached_pids()[0] != killed
+
+
+async def test_executor_killed_during_an_idempotent_write_retries_with_the_same_key(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    answer, _ = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.IDEMPOTENT_WRITE, "exec-idem"
+    )
+
+    assert answer == "work=work done"
+    keys = {e.split("/", 2)[2].rsplit("/", 1)[0] for e in _entries(state_dir)}
+    assert [e.split("/")[1] for e in _entries(state_dir)] == ["1", "2"]
+    assert keys == {"exec-idem/turn-1/c1"}
+
+
+async def test_executor_killed_during_a_single_attempt_write_is_outcome_unknown(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    answer, _ = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.NON_IDEMPOTENT_WRITE, "exec-write"
+    )
+
+    assert answer.startswith("work=The tool call's outcome is unknown")
+    assert TOOL_CALL_NOT_RUN_ERROR_PREFIX not in answer
+    assert len(_entries(state_dir)) == 1

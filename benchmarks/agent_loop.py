@@ -110,8 +110,13 @@ def _targets(figure: Any) -> None:
         print(f"  {'Ray PSS at C=50 within 1.5 GB of inline':<40}{extra:>+7,.0f}M  {verdict}")
 
 
-def main(rounds: int, sessions: int, with_500: bool) -> None:
+def main(rounds: int, sessions: int, with_500: bool, only: list[str] | None = None) -> None:
     systems = FLOORS + PEERS + OURS
+    if only:
+        unknown = sorted(set(only) - set(systems))
+        if unknown:
+            raise SystemExit(f"--systems: unknown {unknown}; choose from {list(systems)}")
+        systems = tuple(s for s in systems if s in only)
     jobs = _jobs(systems, with_500)
     results: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     skipped: dict[str, str] = {}
@@ -192,5 +197,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (medians)")
     parser.add_argument("--sessions", type=int, default=5, help="sequential sessions at C=1")
     parser.add_argument("--skip-500", action="store_true", help="leave out the C=500 jobs")
+    parser.add_argument(
+        "--systems", nargs="+", metavar="SYSTEM", help="run only these rows (default: all)"
+    )
     args = parser.parse_args()
-    main(args.rounds, args.sessions, not args.skip_500)
+    main(args.rounds, args.sessions, not args.skip_500, args.systems)

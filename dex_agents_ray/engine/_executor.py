@@ -53,6 +53,8 @@ AttemptKey = tuple[str, str, int]
 """(flow ID, execution ID, attempt)."""
 FrameRecord = tuple[str, str, int, str, bytes]
 """(flow ID, execution ID, attempt, ``"heartbeat"`` | ``"stream"``, payload)."""
+CallOutcome = tuple[str, Any]
+"""``("ok", run's reply)`` or ``("error", the exception)``: one call of ``run_many``."""
 
 
 def executor_name(shape_key: str, index: int) -> str:
@@ -153,6 +155,53 @@ class StepExecutor:
             self._running -= 1
             self._completed += 1
             self._slots.release()
+
+    async def run_many(self, calls: list[tuple[Any, ...]]) -> list[CallOutcome | None]:
+        """Run several attempts from one host (each as :meth:`run` would).
+
+        Returns their outcomes in order. When some finish while others still
+        run, the finished ones get ``FRAME_DELAY`` for their batch-mates to
+        finish too; then they go to the host ahead of the reply
+        (``executor_results``) and their place in the reply is ``None``.
+        """
+        tasks: list[asyncio.Future[CallOutcome]] = [
+            asyncio.ensure_future(self._outcome(call)) for call in calls
+        ]
+        index = {task: i for i, task in enumerate(tasks)}
+        outcomes: list[CallOutcome | None] = [None] * len(calls)
+        sent = [False] * len(calls)
+        pending: set[asyncio.Future[CallOutcome]] = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                more, pending = await asyncio.wait(pending, timeout=FRAME_DELAY)
+                done |= more
+            for task in done:
+                outcomes[index[task]] = task.result()
+            if pending:
+                early = [i for i, o in enumerate(outcomes) if o is not None and not sent[i]]
+                host_name = calls[0][5]
+                await self._send_ahead(
+                    host_name, [(_attempt_key(calls[i]), outcomes[i]) for i in early]
+                )
+                for i in early:
+                    sent[i] = True
+        return [None if sent[i] else outcome for i, outcome in enumerate(outcomes)]
+
+    async def _outcome(self, call: tuple[Any, ...]) -> CallOutcome:
+        try:
+            return "ok", await self.run(*call)
+        except Exception as error:  # the attempt's failure travels as a value
+            return "error", _portable(error)
+
+    async def _send_ahead(self, host_name: str, results: list[tuple[AttemptKey, Any]]) -> None:
+        link = self._links.get(host_name)
+        if link is None:
+            return
+        try:
+            await link.handle.executor_results.remote(results)
+        except Exception as error:  # the host died: nobody waits for these
+            logger.debug("executor: %d result(s) dropped: %s", len(results), error)
 
     async def _run(
         self,
@@ -353,3 +402,19 @@ class StepExecutor:
         self._watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watcher
+
+
+def _attempt_key(call: tuple[Any, ...]) -> AttemptKey:
+    """The (flow ID, execution ID, attempt) of a ``run`` argument tuple."""
+    return call[6], call[7], call[8]
+
+
+def _portable(error: Exception) -> Exception:
+    """``error`` if it survives pickling, else a ``RuntimeError`` that says what it was."""
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps(error))  # type: ignore[no-untyped-call]
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error

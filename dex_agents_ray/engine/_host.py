@@ -346,6 +346,10 @@ class FlowHost:
         for flow_id, exec_id, attempt, kind, payload in frames:
             await self.remote_frame(flow_id, exec_id, attempt, kind, payload)
 
+    def executor_results(self, results: list[tuple[tuple[str, str, int], Any]]) -> None:
+        """Outcomes of attempts an executor finished ahead of its batch."""
+        self._pool.deliver(results)
+
     async def ack_remote_starts(self, attempts: list[tuple[str, str, int]]) -> list[bool]:
         """Start acknowledgements from an executor: one commit per run."""
         by_run: dict[str, list[int]] = {}

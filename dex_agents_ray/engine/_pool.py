@@ -15,7 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dex_agents_ray.engine._executor import CANCELLED, FrameRecord, executor_name
+from dex_agents_ray.engine._executor import (
+    CANCELLED,
+    AttemptKey,
+    CallOutcome,
+    FrameRecord,
+    executor_name,
+)
 from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
 from dex_agents_ray.engine._remote import ABANDONED
 
@@ -38,6 +44,16 @@ class AbandonedAttempt(Exception):
 
 
 @dataclass
+class _Pending:
+    """One submitted attempt until its executor's reply settles it."""
+
+    key: AttemptKey
+    args: tuple[Any, ...]
+    reply: asyncio.Future[tuple[bool, Any, list[FrameRecord]]]
+    on_frames: Callable[[list[FrameRecord]], None]
+
+
+@dataclass
 class _Shape:
     options: RayTaskOptions
     key: str
@@ -45,6 +61,8 @@ class _Shape:
     handles: list[Any] = field(default_factory=list)
     in_flight: list[int] = field(default_factory=list)
     saw_queueing: bool = False
+    outgoing: dict[int, list[_Pending]] = field(default_factory=dict)
+    """Attempts submitted this event-loop turn, per executor, not sent yet."""
 
 
 class ExecutorPool:
@@ -55,18 +73,22 @@ class ExecutorPool:
         self._options = options
         self._shapes: dict[str, _Shape] = {}
         self._by_text: dict[str, _Shape] = {}
+        self._waiting: dict[AttemptKey, _Pending] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     def submit(
         self,
         options: RayTaskOptions,
         options_text: str,
         args: tuple[Any, ...],
-        attempt_key: tuple[str, str, int],
+        attempt_key: AttemptKey,
         on_frames: Callable[[list[FrameRecord]], None],
     ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
         """Send one attempt to an executor of its shape; returns (result, kill).
 
-        Frames that come back with the reply go to ``on_frames`` before the
+        Attempts submitted to one executor in the same event-loop turn (a
+        turn's parallel tool calls) go in one actor call (``run_many``).
+        Frames that come back with a reply go to ``on_frames`` before the
         result is returned. The result is the encoded ``StepResult``; it raises
         :class:`AbandonedAttempt` for a refused or cancelled attempt and Ray's
         ``WorkerCrashedError`` when the executor died.
@@ -75,13 +97,22 @@ class ExecutorPool:
         index = self._pick(shape)
         handle = shape.handles[index]
         shape.in_flight[index] += 1
-        ref = handle.run.remote(*args)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(attempt_key, args, loop.create_future(), on_frames)
+        batch = shape.outgoing.get(index)
+        if batch is None:
+            batch = shape.outgoing[index] = []
+            loop.call_soon(self._send, shape, index)
+        batch.append(pending)
+        self._waiting[attempt_key] = pending
 
         async def result() -> Any:
             try:
-                queued, payload, frames = await _executor_reply(ref)
+                queued, payload, frames = await pending.reply
             finally:
                 shape.in_flight[index] -= 1
+                if self._waiting.get(attempt_key) is pending:
+                    del self._waiting[attempt_key]
             if queued:
                 shape.saw_queueing = True
             if frames:
@@ -97,6 +128,27 @@ class ExecutorPool:
             handle.cancel.remote(*attempt_key)
 
         return future, kill
+
+    def _send(self, shape: _Shape, index: int) -> None:
+        batch = shape.outgoing.pop(index, [])
+        if not batch:
+            return
+        handle = shape.handles[index]
+        if len(batch) == 1:
+            ref = handle.run.remote(*batch[0].args)
+            task = asyncio.ensure_future(_settle_one(ref, batch[0]))
+        else:
+            ref = handle.run_many.remote([p.args for p in batch])
+            task = asyncio.ensure_future(_settle_many(ref, batch))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def deliver(self, results: list[tuple[AttemptKey, CallOutcome]]) -> None:
+        """Outcomes an executor sent ahead of its ``run_many`` reply."""
+        for key, outcome in results:
+            pending = self._waiting.get(key)
+            if pending is not None:
+                _resolve(pending, outcome)
 
     def _shape(self, options: RayTaskOptions, options_text: str) -> _Shape:
         key = options.shape_key()
@@ -147,15 +199,47 @@ class ExecutorPool:
         shape.in_flight.append(0)
 
 
-async def _executor_reply(ref: Any) -> tuple[bool, Any, list[FrameRecord]]:
-    """Await an executor call; an executor that died reads as a crashed worker."""
+def _resolve(pending: _Pending, outcome: CallOutcome) -> None:
+    if pending.reply.done():
+        return
+    kind, value = outcome
+    if kind == "ok":
+        pending.reply.set_result(value)
+    else:
+        pending.reply.set_exception(value)
+
+
+def _executor_died(error: BaseException) -> BaseException:
+    """An executor that died reads as a crashed worker (as a task worker would)."""
     import ray.exceptions
 
+    if isinstance(error, ray.exceptions.RayActorError):
+        crashed = ray.exceptions.WorkerCrashedError()
+        crashed.__cause__ = error
+        return crashed
+    return error
+
+
+async def _settle_one(ref: Any, pending: _Pending) -> None:
     try:
-        reply: tuple[bool, Any, list[FrameRecord]] = await ref
-    except ray.exceptions.RayActorError as error:
-        raise ray.exceptions.WorkerCrashedError() from error
-    return reply
+        reply = await ref
+    except Exception as error:
+        _resolve(pending, ("error", _executor_died(error)))
+        return
+    _resolve(pending, ("ok", reply))
+
+
+async def _settle_many(ref: Any, batch: list[_Pending]) -> None:
+    try:
+        outcomes: list[CallOutcome | None] = await ref
+    except Exception as error:
+        failure = _executor_died(error)
+        for pending in batch:
+            _resolve(pending, ("error", failure))
+        return
+    for pending, outcome in zip(batch, outcomes, strict=True):
+        if outcome is not None:  # None: sent ahead with ``deliver``
+            _resolve(pending, outcome)
 
 
 def _consume(future: asyncio.Future[Any]) -> None:

@@ -224,6 +224,13 @@ class DexEngine:
         self._flow = flow
         self._sessions = sessions
 
+    @property
+    def sessions(self) -> AgentSessionClient:
+        """The session client (agent-session variants only)."""
+        if self._sessions is None:
+            raise TypeError("this variant runs engine Flows, not agent sessions")
+        return self._sessions
+
     async def session(self, session_id: str) -> None:
         if self._sessions is not None:
             await run_session(self._sessions, session_id)

@@ -123,11 +123,14 @@ class EngineClient:
 
     # -- host calls --------------------------------------------------------------------
 
-    async def _call(self, flow_id: str, method: str, *args: Any) -> Any:
+    async def _call(
+        self, flow_id: str, method: str, *args: Any, retry_args: tuple[Any, ...] | None = None
+    ) -> Any:
         """Call a host method, retrying while Ray restarts a crashed host.
 
         Every mutating call carries a request ID, so a retried call whose first
         try did apply returns the first result instead of applying again.
+        ``retry_args`` replace ``args`` from the second try on.
         """
         import ray.exceptions
 
@@ -145,6 +148,8 @@ class EngineClient:
                 # A crashed host restarts; a passivating one exits and is re-created.
                 if loop.time() > deadline:
                     raise
+                if retry_args is not None:
+                    args = retry_args
                 self._engine.forget_host(flow_id)
                 await asyncio.sleep(0.05)
 
@@ -229,13 +234,19 @@ class EngineClient:
             else None
         )
         await self._existing(flow_id, "InvokeRPC")
+        extra = (tuple(locks), tuple(attribute_loads), tuple(channel_loads))
+        # A request ID made here is new on the first try: nothing to look up.
+        fresh = request_id is None
+        request_id = request_id or str(uuid.uuid4())
         output = await self._call(
             flow_id,
             "invoke_rpc",
             rpc.name,
             encoded,
-            request_id or str(uuid.uuid4()),
-            (tuple(locks), tuple(attribute_loads), tuple(channel_loads)),
+            request_id,
+            extra,
+            fresh,
+            retry_args=(rpc.name, encoded, request_id, extra, False),
         )
         value = pb.Value.FromString(output)
         if rpc.output_codec is None:

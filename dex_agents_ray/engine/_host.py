@@ -220,10 +220,14 @@ class FlowHost:
         input_value: bytes | None,
         request_id: str,
         extra: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
+        fresh: bool = False,
     ) -> Envelope:
+        """Run an RPC; ``fresh``: the client made ``request_id`` for this very try,
+        so no earlier try can have recorded it."""
+
         async def call() -> bytes:
             with _client_call(await self._running_or_closed(flow_id, "InvokeRPC")) as driver:
-                return await run_rpc(driver, rpc_name, input_value, request_id, extra)
+                return await run_rpc(driver, rpc_name, input_value, request_id, extra, fresh=fresh)
 
         return await envelope(call())
 

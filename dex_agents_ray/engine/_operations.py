@@ -115,10 +115,17 @@ async def run_rpc(
     input_value: bytes | None,
     request_id: str,
     extra: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] = ((), (), ()),
+    *,
+    fresh: bool = False,
 ) -> bytes:
-    """Run one RPC handler and commit its effects atomically; returns the output."""
+    """Run one RPC handler and commit its effects atomically; returns the output.
+
+    A request ID is remembered with the output of an RPC that had effects, so
+    a retry returns that output instead of applying again; ``fresh`` skips the
+    look-up for an ID that cannot have been used yet.
+    """
     assert driver.definition is not None and driver.state.run is not None
-    if request_id:
+    if request_id and not fresh:
         remembered = await driver.store.rpc_response(driver.flow_id, request_id)
         if remembered is not None:
             return remembered
@@ -174,13 +181,13 @@ async def _commit_rpc(
         or response.delete_from_channel
         or response.HasField("step_decision")
     )
+    if not has_effects:
+        # Nothing to apply, so nothing to remember: a retry with the same
+        # request ID runs the handler again, which is as safe as the first run.
+        return output
     async with driver.commit_lock:
         if not driver.state.is_running:
-            if has_effects:
-                raise not_active(driver.flow_id, "InvokeRPC")
-            return output
-        if not has_effects and not request_id:
-            return output
+            raise not_active(driver.flow_id, "InvokeRPC")
         tx = driver.tx()
         tx.delete_messages(response.delete_from_channel, strict=transactional)
         tx.write_attributes(response.upsert_attributes)
@@ -188,8 +195,7 @@ async def _commit_rpc(
         decision = response.step_decision
         cancel_matching(tx, None, decision.cancel_step_types, ())
         create_movements(tx, decision.next_steps, extras, "")
-        if has_effects:
-            tx.history("", "rpc_applied", {"rpc": rpc_name, "request_id": request_id})
+        tx.history("", "rpc_applied", {"rpc": rpc_name, "request_id": request_id})
         if request_id:
             tx.commit.rpc_request = (request_id, output)
         await driver.commit(tx)

@@ -35,6 +35,8 @@ class Fan:
     sleep_seconds: float = 0.0
     timeout_seconds: int = 60
     gate: str | None = None
+    gated: tuple[int, ...] | None = None
+    """Which calls wait at the gate; ``None``: all of them."""
     task: bool = False
     resources: dict[str, float] = field(default_factory=dict)
 
@@ -75,7 +77,7 @@ class RemoteCall(Step[CallInput]):
         InvocationLog(os.path.join(fan.state_dir, "calls.log")).record(
             f"{input.index}/{context.attempt}"
         )
-        if fan.gate is not None:
+        if fan.gate is not None and (fan.gated is None or input.index in fan.gated):
             await FileGate(fan.state_dir, f"{fan.gate}-{input.index}").wait_for_release()
         elif fan.sleep_seconds:
             await asyncio.sleep(fan.sleep_seconds)

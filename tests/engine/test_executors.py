@@ -10,7 +10,7 @@ import ray
 from dex import FlowStatus
 
 from dex_agents_ray.engine import ExecutorPoolOptions, RayTaskOptions, RemoteExecution
-from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
+from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor, kill_process
 from tests.engine.flows_crash import CrashFlow, Job
 from tests.engine.flows_pool import Fan, FanFlow
 from tests.engine.polling import eventually
@@ -51,6 +51,34 @@ async def test_500_queued_calls_all_run_once_and_queueing_is_not_timed(
     assert stats[0]["completed"] == 500
     history = await engine.client.read_step_history("fan-500")
     assert not [h for h in history if h.event == "attempt_failed"]
+
+
+async def test_a_batch_delivers_finished_calls_ahead_and_an_executor_death_fails_the_rest(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    engine = await engine_factory([flow])
+    # Three calls made together go to one executor in one batch; call 0 waits.
+    fan = Fan(str(state_dir), 3, gate="slow", gated=(0,))
+    await engine.client.start_flow(flow, "fan-batch", fan)
+    pid = await FileGate(state_dir, "slow-0").wait_until_reached(timeout=120)
+
+    def completed(history: list[Any]) -> set[str]:
+        return {h.step_execution_id for h in history if h.event_type == "step_completed"}
+
+    await eventually(
+        lambda: engine.client.read_step_history("fan-batch"),
+        lambda h: {"RemoteCall-2", "RemoteCall-3"} <= completed(h),
+        timeout=60,
+    )
+    assert [await h.pid.remote() for h in _executors(namespace)] == [pid]
+    kill_process(pid)
+
+    result = await engine.client.wait_for_flow("fan-batch", timeout=120)
+    outputs = result.completions[0].decode(list[str])
+    assert outputs[0] == "0:failed:WorkerCrashedError"
+    assert [o.split(":")[0] for o in outputs[1:]] == ["1", "2"]
+    assert sorted(InvocationLog(state_dir / "calls.log").entries()) == ["0/1", "1/1", "2/1"]
 
 
 async def test_a_step_timeout_cancels_the_call_on_its_executor(

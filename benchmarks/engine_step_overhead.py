@@ -1,9 +1,10 @@
 """Per-step overhead of the engine against a plain asyncio loop and raw SQLite.
 
 A minimal flow chains N Steps (each returns ``go_to`` itself), once with the
-Steps in the host actor and once as Ray tasks. Floors, measured in the same run:
-a plain asyncio loop of N awaited coroutines, and one SQLite INSERT+COMMIT per
-step (WAL, synchronous=FULL) in the same directory as the engine's store.
+Steps in the host actor, once on pooled executors and once as Ray tasks.
+Floors, measured in the same run: a plain asyncio loop of N awaited coroutines,
+and one SQLite INSERT+COMMIT per step (WAL, synchronous=FULL) in the same
+directory as the engine's store.
 
 Prints medians over rounds and ratios; asserts nothing.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import dex
 from dex import AsyncContext, Flow, IdReusePolicy, StartFlowOptions, Step, StepList
 
-from dex_agents_ray.engine import FlowEngine, RayTaskOptions, RemoteStepOptions
+from dex_agents_ray.engine import FlowEngine, RayTaskOptions, RemoteExecution, RemoteStepOptions
 
 
 class Tick(Step[int]):
@@ -44,6 +45,16 @@ class RemoteTick(Step[int]):
         return dex.go_to(RemoteTick, input - 1)
 
 
+class TaskTick(Step[int]):
+    def get_step_options(self) -> RemoteStepOptions:
+        return RemoteStepOptions(ray=RayTaskOptions(num_cpus=0.1, execution=RemoteExecution.TASK))
+
+    async def execute(self, context: AsyncContext, input: int) -> dex.StepDecision:  # type: ignore[override]
+        if input <= 1:
+            return dex.graceful_complete(context.step_execution_id)
+        return dex.go_to(TaskTick, input - 1)
+
+
 class LocalChain(Flow[int]):
     def get_steps(self) -> StepList[int]:
         return StepList.start_step(Tick())
@@ -52,6 +63,11 @@ class LocalChain(Flow[int]):
 class RemoteChain(Flow[int]):
     def get_steps(self) -> StepList[int]:
         return StepList.start_step(RemoteTick())
+
+
+class TaskChain(Flow[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(TaskTick())
 
 
 async def plain_asyncio(steps: int) -> float:
@@ -125,20 +141,22 @@ async def throughput(directory: Path, runs: int, steps: int, rounds: int) -> dic
 
 async def main(steps: int, rounds: int, remote_steps: int, runs: int) -> None:
     directory = Path(tempfile.mkdtemp(prefix="dex-bench-"))
-    local, remote = LocalChain(), RemoteChain()
+    local, remote, task = LocalChain(), RemoteChain(), TaskChain()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     engine = await FlowEngine.start(
-        [local, remote], store=directory / "engine.db", namespace="bench"
+        [local, remote, task], store=directory / "engine.db", namespace="bench"
     )
     try:
         # Warm the hosts (actor creation is a one-time cost per run ID).
         await engine_run(engine, local, "local", 5)
         await engine_run(engine, remote, "remote", 5)
+        await engine_run(engine, task, "task", 5)
         figures: dict[str, list[float]] = {
             "plain asyncio": [],
             "sqlite insert+commit": [],
             "engine, in-actor steps": [],
-            "engine, remote steps": [],
+            "engine, pooled remote": [],
+            "engine, Ray-task remote": [],
         }
         for _ in range(rounds):  # interleave so noise hits every system alike
             figures["plain asyncio"].append(await plain_asyncio(steps))
@@ -146,8 +164,11 @@ async def main(steps: int, rounds: int, remote_steps: int, runs: int) -> None:
             figures["engine, in-actor steps"].append(
                 await engine_run(engine, local, "local", steps)
             )
-            figures["engine, remote steps"].append(
+            figures["engine, pooled remote"].append(
                 await engine_run(engine, remote, "remote", remote_steps)
+            )
+            figures["engine, Ray-task remote"].append(
+                await engine_run(engine, task, "task", remote_steps)
             )
     finally:
         await engine.shutdown(stop_hosts=True)
@@ -160,8 +181,8 @@ async def main(steps: int, rounds: int, remote_steps: int, runs: int) -> None:
         print(f"{name:<26}{ms:>10.4f}{ms / sqlite_ms:>17.2f}{ms / plain_ms:>12.0f}")
     print(
         "\nAn in-host step is one durable commit (its result, the next step, and that "
-        "step's start mark) on SQLite WAL synchronous=FULL; a remote step adds its own "
-        "start-mark commit and a task round trip."
+        "step's start mark) on SQLite WAL synchronous=FULL; a remote step adds a call to "
+        "its executor and the start acknowledgement (pooled), or a Ray task (task)."
     )
     rates = await throughput(directory, runs, steps // 2, max(1, rounds // 2))
     print(f"\n{runs} concurrent runs of {steps // 2} in-actor steps (medians, steps/s):")

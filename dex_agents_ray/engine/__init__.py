@@ -14,7 +14,7 @@ from dex_agents_ray.engine._client import (
     StepHistoryEntry,
 )
 from dex_agents_ray.engine._engine import FlowEngine
-from dex_agents_ray.engine._errors import EngineError, HostCallError
+from dex_agents_ray.engine._errors import EngineError, HostCallError, StoreUnavailableError
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     ExecutorPoolOptions,
@@ -53,5 +53,6 @@ __all__ = [
     "StepAttemptProgress",
     "StepHistoryEntry",
     "StoreConfig",
+    "StoreUnavailableError",
     "SyncEngineClient",
 ]

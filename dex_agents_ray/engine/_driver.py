@@ -22,6 +22,7 @@ from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._invoke import FlowMapper, StepResult, invoke_step
 from dex_agents_ray.engine._options import RayTaskOptions, RemoteExecution, StepAttemptProgress
 from dex_agents_ray.engine._pool import AbandonedAttempt, ExecutorPool
@@ -95,6 +96,7 @@ class RunDriver:
         on_stale: Callable[[], None] = lambda: None,
         pool: ExecutorPool | None = None,
         host_name: str = "",
+        on_store_down: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.flow_id = flow_id
@@ -107,6 +109,7 @@ class RunDriver:
         self._host_handle = host_handle
         self._host_name = host_name
         self._pool = pool
+        self._on_store_down = on_store_down
         self._on_stream = on_stream
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -245,6 +248,11 @@ class RunDriver:
             self.stale = True
             self._on_stale()
             raise
+        except StoreUnavailableError:
+            # Memory may now be ahead of the store: the host reloads the run.
+            self.stale = True
+            self._on_store_down()
+            raise
         self.state.apply(built, replace_run=replace_run)
         self._premarked.update(premarked)
         if isinstance(tx, Tx):
@@ -316,6 +324,8 @@ class RunDriver:
                     await self._run_execute(record)
         except StaleEpochError:
             logger.warning("run %s: superseded by a newer incarnation; stopping", self.flow_id)
+        except StoreUnavailableError as error:
+            logger.warning("run %s: %s; its host reloads it from the store", self.flow_id, error)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -2,10 +2,12 @@
 
 Tree::
 
-    EngineError                      runtime failure inside the engine
+    RuntimeError
       ├── StaleEpochError            (store) a superseded host tried to commit
-      ├── HostCallError              a host call failed with a non-SDK error
-      └── HostPassivatedError        the host is passivating the run: call again
+      └── EngineError                runtime failure inside the engine
+            ├── StoreUnavailableError  the store kept failing past its retry deadline
+            ├── HostCallError          a host call failed with a non-SDK error
+            └── HostPassivatedError    the host is passivating the run: call again
     dex.runtime_errors.DexServiceError and subclasses   re-raised as the SDK raises them
     dex.runtime_errors.FlowDefinitionError, ValueMappingError, InvalidStepResultError
 
@@ -30,6 +32,37 @@ Envelope = tuple[str, Any]
 
 class EngineError(RuntimeError):
     """A failure inside the engine (not an error of the caller's input)."""
+
+
+class StoreUnavailableError(EngineError):
+    """The store kept failing with transient faults (a database restarting or
+    unreachable, a locked or full SQLite file) past its retry deadline.
+
+    Nothing of the failed operation is half-applied: a commit either applied
+    once (and the engine knows it) or not at all. Runs resume from the store
+    once it answers again.
+
+    Attributes:
+        store: Where the store lives (its path, or its DSN without the password).
+        operation: The store operation that failed, e.g. ``"commit"``.
+        attempts: How many times it was tried.
+        waited: How long it was retried for.
+    """
+
+    def __init__(self, store: str, operation: str, attempts: int, waited: float, cause: str):
+        super().__init__(
+            f"store {store} unavailable: {operation} failed {attempts} time(s) over "
+            f"{waited:.1f} s; last error: {cause}"
+        )
+        self.store = store
+        self.operation = operation
+        self.attempts = attempts
+        self.waited = waited
+        self.cause_text = cause
+
+    def __reduce__(self) -> Any:
+        args = (self.store, self.operation, self.attempts, self.waited, self.cause_text)
+        return (StoreUnavailableError, args)
 
 
 class HostCallError(EngineError):
@@ -86,6 +119,11 @@ async def envelope(call: Awaitable[T]) -> Envelope:
         return ("ok", await call)
     except HostPassivatedError as error:
         return ("passivated", str(error))
+    except StoreUnavailableError as error:
+        return (
+            "store",
+            (error.store, error.operation, error.attempts, error.waited, error.cause_text),
+        )
     except DexServiceError as error:
         return (
             "dex",
@@ -124,6 +162,8 @@ def unwrap(result: Envelope) -> Any:
         return payload
     if kind == "passivated":
         raise HostPassivatedError(payload)
+    if kind == "store":
+        raise StoreUnavailableError(*payload)
     if kind == "dex":
         name, code, sub_status, detail, operation, flow_id, worker = payload
         cls = getattr(runtime_errors, name, DexServiceError)

@@ -20,7 +20,12 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._driver import FlowDefinition, RunDriver
-from dex_agents_ray.engine._errors import Envelope, HostPassivatedError, envelope
+from dex_agents_ray.engine._errors import (
+    Envelope,
+    HostPassivatedError,
+    StoreUnavailableError,
+    envelope,
+)
 from dex_agents_ray.engine._hosts import HostConfig
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
 from dex_agents_ray.engine._placement import PlacementMode
@@ -68,6 +73,7 @@ class FlowHost:
         self._stream_writers: set[asyncio.Task[None]] = set()
         self._refused: dict[str, int] = {}
         self._pool = ExecutorPool(config.namespace, config.executor_pool)
+        self._reloading: dict[str, asyncio.Task[None]] = {}
         self._resume: asyncio.Task[Any] | None = None
         loop = asyncio.get_running_loop()
         if flow_id is not None:
@@ -179,12 +185,39 @@ class FlowHost:
             on_stale=lambda: self._count_refusal(flow_id),
             pool=self._pool,
             host_name=self._config.placement.host_name(flow_id),
+            on_store_down=lambda: self._reload_later(flow_id),
         )
         if loaded is not None:
             driver.load(loaded)
             driver.start()
         self._drivers[flow_id] = driver
         return driver
+
+    def _reload_later(self, flow_id: str) -> None:
+        """A commit of ``flow_id`` failed past the store's retry deadline: drop the
+        run from memory and activate it again from the store once it answers."""
+        if flow_id not in self._reloading:
+            task = asyncio.get_running_loop().create_task(self._reload(flow_id))
+            self._reloading[flow_id] = task
+            task.add_done_callback(lambda _: self._reloading.pop(flow_id, None))
+
+    async def _reload(self, flow_id: str) -> None:
+        driver = self._drivers.get(flow_id)
+        if driver is not None and driver.stale:  # not one a client call already reloaded
+            del self._drivers[flow_id]
+            await driver.stop()
+        delay = 0.5
+        while not self._exiting:
+            try:
+                await self._driver(flow_id)
+                logger.info("run %s: reloaded from the store", flow_id)
+                return
+            except StoreUnavailableError as error:
+                logger.warning("run %s: still waiting for the store: %s", flow_id, error)
+            except Exception:
+                logger.exception("run %s: reloading failed", flow_id)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     async def _definition(self, flow_type: str, flow_hash: str) -> FlowDefinition:
         key = (flow_type, flow_hash)
@@ -409,6 +442,10 @@ class FlowHost:
         self._drivers.pop(flow_id, None)
         driver = await self._driver(flow_id)
         return driver.epoch
+
+    def reloading(self) -> list[str]:
+        """Runs this host dropped after a store outage and waits to activate again."""
+        return sorted(self._reloading)
 
     def _count_refusal(self, flow_id: str) -> None:
         self._refused[flow_id] = self._refused.get(flow_id, 0) + 1

@@ -23,6 +23,7 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +47,7 @@ from dex_agents_ray.engine._records import (
 # store, so both agree on what a replaced run drops and how a run row reads.
 from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row
 from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
+from dex_agents_ray.engine._store_retry import retrying
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -119,6 +121,35 @@ END
 $$;
 """
 _STALE_MESSAGE = "dex: stale ownership epoch"
+
+# The last write of each kind ("commit", "streams") of each run, by a unique ID
+# written in the write's own transaction: after a connection lost before the
+# server's answer to COMMIT, a retry reads it to learn whether the write applied.
+# Commits of one run are serialized (the epoch row lock, and one owner), so the
+# latest mark is the only one a retry can ask about.
+_MARKS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS write_marks (
+    flow_id TEXT NOT NULL, kind TEXT NOT NULL, mark TEXT NOT NULL,
+    PRIMARY KEY (flow_id, kind));
+"""
+_SET_MARK = (
+    "INSERT INTO write_marks (flow_id, kind, mark) VALUES (%s, %s, %s) "
+    "ON CONFLICT (flow_id, kind) DO UPDATE SET mark = EXCLUDED.mark"
+)
+_GET_MARK = "SELECT mark FROM write_marks WHERE flow_id = %s AND kind = %s"
+_POOL_WAIT_SECONDS = 5.0
+"""The longest one try waits for a pooled connection (the retry loop goes on)."""
+
+
+def _transient(error: BaseException) -> bool:
+    """Faults of the server or the connection, which a later try can outlive."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(error, StaleEpochError):
+        return False
+    return isinstance(error, PoolTimeout | psycopg.OperationalError | psycopg.InterfaceError)
+
 
 _RUN_COLUMNS = (
     "flow_id, run_id, flow_type, flow_hash, status, started_at, closed_at, error_type, "
@@ -263,6 +294,7 @@ class PostgresFlowStore:
             self._config.dsn,
             min_size=1,
             max_size=self._config.pool_size,
+            timeout=min(_POOL_WAIT_SECONDS, self._config.retry_deadline.total_seconds()),
             kwargs={"autocommit": True},
             configure=self._configure,
             check=self._probe.check,
@@ -291,6 +323,13 @@ class PostgresFlowStore:
                     (str(SCHEMA_VERSION),),
                 )
             version = await self._schema_version(conn)
+        cur = await conn.execute("SELECT to_regclass('write_marks') IS NOT NULL")
+        row = await cur.fetchone()
+        if row is not None and not row[0]:  # a store made before write marks existed
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                await conn.execute("SET LOCAL client_min_messages = warning")
+                await conn.execute(_MARKS_SCHEMA)
         if version is not None and version > SCHEMA_VERSION:
             raise RuntimeError(
                 f"store {self._config.location} has schema version {version}; this release "
@@ -322,10 +361,25 @@ class PostgresFlowStore:
             await pool.close()
 
     async def _run(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """Run ``fn(pool, *args)`` on the store's loop, retrying transient faults.
+
+        Only for operations that are safe to repeat whole: reads, and writes
+        that apply the same whatever they find (an epoch bump, an upsert).
+        """
+        name = fn.__name__.strip("_")
+        operation = "read" if name.startswith("fetch") else name
+        return await self._retry(operation, lambda _: fn(self._pool, *args))
+
+    async def _retry(self, operation: str, attempt: Callable[[int], Coroutine[Any, Any, T]]) -> T:
         runner = self._runner
         if runner is None or self._pool is None:
             raise RuntimeError("the store is not open")
-        return await runner.run(fn(self._pool, *args))
+
+        async def one(tries: int) -> T:
+            return await runner.run(attempt(tries))
+
+        config = self._config
+        return await retrying(config.location, operation, config.retry_deadline, _transient, one)
 
     # -- flow definitions -------------------------------------------------------------
 
@@ -401,11 +455,21 @@ class PostgresFlowStore:
         return epoch, loaded
 
     async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
-        await self._run(self._commit, commit, replace_run)
+        mark = uuid.uuid4().hex
+        pool = self._pool
+
+        async def attempt(tries: int) -> None:
+            assert pool is not None
+            # A retry may follow a connection lost after COMMIT was sent: ask first.
+            if tries > 1 and await _mark_of(pool, commit.flow_id, "commit") == mark:
+                return
+            await self._commit(pool, commit, replace_run, mark)
+
+        await self._retry("commit", attempt)
 
     @staticmethod
     async def _commit(
-        pool: AsyncConnectionPool[Connection], commit: Commit, replace_run: bool
+        pool: AsyncConnectionPool[Connection], commit: Commit, replace_run: bool, mark: str
     ) -> None:
         from psycopg.errors import RaiseException
 
@@ -418,6 +482,7 @@ class PostgresFlowStore:
                             f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,)
                         )
                 await _apply(conn, commit)
+                await conn.execute(_SET_MARK, (commit.flow_id, "commit", mark))
         except RaiseException as error:
             if error.diag.message_primary != _STALE_MESSAGE:
                 raise
@@ -526,11 +591,26 @@ class PostgresFlowStore:
         return offset
 
     async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
-        return await self._run(self._append_streams, flow_id, tuple(appends))
+        """Append in one transaction. When a retry finds that an earlier try
+        applied, the offsets are read back from the Stream heads."""
+        batch = tuple(appends)
+        mark = uuid.uuid4().hex
+        pool = self._pool
+
+        async def attempt(tries: int) -> list[int]:
+            assert pool is not None
+            if tries > 1 and await _mark_of(pool, flow_id, "streams") == mark:
+                return await _appended_offsets(pool, flow_id, batch)
+            return await self._append_streams(pool, flow_id, batch, mark)
+
+        return await self._retry("append_streams", attempt)
 
     @staticmethod
     async def _append_streams(
-        pool: AsyncConnectionPool[Connection], flow_id: str, appends: tuple[StreamAppend, ...]
+        pool: AsyncConnectionPool[Connection],
+        flow_id: str,
+        appends: tuple[StreamAppend, ...],
+        mark: str,
     ) -> list[int]:
         cursors = []
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
@@ -546,6 +626,7 @@ class PostgresFlowStore:
                 if item.capacity_bytes > 0:
                     trim = {"f": flow_id, "s": item.stream, "cap": item.capacity_bytes}
                     await conn.execute(_TRIM_STREAM, trim)
+            await conn.execute(_SET_MARK, (flow_id, "streams", mark))
             rows = [await cur.fetchone() for cur in cursors]
         return [_returned(row) for row in rows]
 
@@ -574,6 +655,30 @@ class PostgresFlowStore:
 
 
 _COMPLETIONS = "SELECT step_type, exec_id, output FROM completions WHERE flow_id = %s ORDER BY seq"
+
+
+async def _mark_of(pool: AsyncConnectionPool[Connection], flow_id: str, kind: str) -> str | None:
+    row = await _fetch_one(pool, _GET_MARK, (flow_id, kind))
+    return None if row is None else str(row[0])
+
+
+async def _appended_offsets(
+    pool: AsyncConnectionPool[Connection], flow_id: str, appends: tuple[StreamAppend, ...]
+) -> list[int]:
+    """The offsets an applied append gave its messages (the newest of each Stream)."""
+    wanted: dict[str, int] = {}
+    for item in appends:
+        wanted[item.stream] = wanted.get(item.stream, 0) + 1
+    head: dict[str, list[int]] = {}
+    for stream, count in wanted.items():
+        row = await _fetch_one(
+            pool,
+            "SELECT last_offset FROM stream_heads WHERE flow_id = %s AND stream = %s",
+            (flow_id, stream),
+        )
+        last = -1 if row is None else int(row[0])
+        head[stream] = list(range(last - count + 1, last + 1))
+    return [head[item.stream].pop(0) for item in appends]
 
 
 async def _fetch_one(

@@ -7,7 +7,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +28,25 @@ from dex_agents_ray.engine._records import (
     StreamRecord,
 )
 from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
+from dex_agents_ray.engine._store_retry import retrying
 
 T = TypeVar("T")
+
+_BUSY_WAIT_SECONDS = 5.0
+_TRANSIENT_CODES = frozenset({5, 6, 10, 13})
+"""SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL (primary result codes)."""
+
+
+def _transient(error: BaseException) -> bool:
+    """A locked database, an I/O error or a full disk: a later try may succeed."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _TRANSIENT_CODES
+    text = str(error).lower()
+    return "locked" in text or "busy" in text or "disk" in text
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -116,6 +133,8 @@ class SqliteFlowStore:
         self.commits_written = 0
         """Commits applied so far (with ``transactions_written``: commits per fsync)."""
         self.transactions_written = 0
+        self.transient_faults = 0
+        """Transient faults (a locked file, a full disk) retried so far."""
 
     def __repr__(self) -> str:
         return f"SqliteFlowStore({self._config.path!r})"
@@ -124,12 +143,14 @@ class SqliteFlowStore:
         if self._executor is not None:
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dex-sqlite")
-        await self._run(self._open_sync)
+        await self._once(self._open_sync)
 
     def _open_sync(self) -> None:
         Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self._config.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=30000")
+        # One try waits this long for another writer; the retry loop goes on to the deadline.
+        busy = min(_BUSY_WAIT_SECONDS, self._config.retry_deadline.total_seconds())
+        conn.execute(f"PRAGMA busy_timeout={int(busy * 1000)}")
         conn.execute("PRAGMA journal_mode=WAL")
         sync = "FULL" if self._config.durability == "full" else "NORMAL"
         conn.execute(f"PRAGMA synchronous={sync}")
@@ -152,7 +173,7 @@ class SqliteFlowStore:
     async def close(self) -> None:
         if self._executor is None:
             return
-        await self._run(self._close_sync)
+        await self._once(self._close_sync)
         self._executor.shutdown(wait=True)
         self._executor = None
 
@@ -162,10 +183,29 @@ class SqliteFlowStore:
             self._conn = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the store's thread, retrying transient faults (every
+        such ``fn`` is one transaction, or none: a failed try applied nothing)."""
+        return await self._retry(
+            getattr(fn, "__name__", "operation").strip("_"), lambda: self._once(fn, *args)
+        )
+
+    async def _once(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
             raise RuntimeError("the store is not open")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn, *args)
+
+    async def _retry(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        def counted(error: BaseException) -> bool:
+            if not _transient(error):
+                return False
+            self.transient_faults += 1
+            return True
+
+        config = self._config
+        return await retrying(
+            config.location, operation, config.retry_deadline, counted, lambda _: call()
+        )
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -258,7 +298,11 @@ class SqliteFlowStore:
         """Apply ``commit``, sharing one transaction and one fsync with the
         commits queued at the same time (group commit); returns once the
         transaction that covers it is durable."""
-        await self._grouped(lambda db: self._commit_body(db, commit, replace_run))
+        # A group transaction that failed applied none of its commits (SQLite rolls
+        # back a failed COMMIT in this process), so a retry cannot apply twice.
+        await self._retry(
+            "commit", lambda: self._grouped(lambda db: self._commit_body(db, commit, replace_run))
+        )
 
     async def _grouped(self, write: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``write`` in the next group transaction; its result once durable."""
@@ -291,6 +335,10 @@ class SqliteFlowStore:
                 try:
                     result = item.write(db)
                 except Exception as error:
+                    if not db.in_transaction:
+                        # SQLite rolled the whole transaction back itself (a full
+                        # disk, an I/O error): no write of the batch is applied.
+                        raise error from None
                     db.execute("ROLLBACK TO one_write")
                     outcomes.append((None, error))
                 else:
@@ -516,7 +564,7 @@ class SqliteFlowStore:
             return offsets
 
         # Streams ride in the group transactions of the commits around them.
-        return await self._grouped(append)
+        return await self._retry("append_streams", lambda: self._grouped(append))
 
     @staticmethod
     def _trim_stream(db: sqlite3.Connection, flow_id: str, stream: str, capacity: int) -> None:

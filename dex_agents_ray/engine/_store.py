@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -118,6 +119,15 @@ class FlowStore(Protocol):
         """Messages older than ``before_offset`` (or the newest), newest first."""
 
 
+DEFAULT_RETRY_DEADLINE = timedelta(seconds=60)
+"""How long a store operation retries transient faults by default."""
+
+
+def _check_deadline(owner: str, deadline: object) -> None:
+    if not isinstance(deadline, timedelta) or deadline <= timedelta(0):
+        raise ValueError(f"{owner}.retry_deadline must be a positive timedelta, got {deadline!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SqliteStoreConfig:
     """Where the embedded SQLite store lives, and how durable its commits are."""
@@ -127,8 +137,12 @@ class SqliteStoreConfig:
     durability: str = "full"
     """``full``: fsync each commit (power-loss safe). ``process``:
     ``synchronous=NORMAL``, survives process crashes only."""
+    retry_deadline: timedelta = DEFAULT_RETRY_DEADLINE
+    """How long an operation retries transient faults (the file locked by another
+    writer, the disk full) before it raises ``StoreUnavailableError``."""
 
     def __post_init__(self) -> None:
+        _check_deadline(type(self).__name__, self.retry_deadline)
         if not Path(self.path).is_absolute():
             raise ValueError(f"SqliteStoreConfig.path must be absolute, got {self.path!r}")
         if self.durability not in ("full", "process"):
@@ -162,8 +176,13 @@ class PostgresStoreConfig:
     """``full``: each commit waits for the server's WAL flush. ``process``:
     ``synchronous_commit=off``: survives crashes of engine processes, while a
     crash of the database server may lose its last fraction of a second of commits."""
+    retry_deadline: timedelta = DEFAULT_RETRY_DEADLINE
+    """How long an operation retries transient faults (the server restarting,
+    failing over or unreachable, a dropped connection) before it raises
+    ``StoreUnavailableError``."""
 
     def __post_init__(self) -> None:
+        _check_deadline(type(self).__name__, self.retry_deadline)
         if not self.dsn.strip():
             raise ValueError("PostgresStoreConfig.dsn must not be empty")
         if "://" in self.dsn and not self.dsn.startswith(POSTGRES_URI_SCHEMES):
@@ -184,7 +203,7 @@ class PostgresStoreConfig:
     def __repr__(self) -> str:
         return (
             f"PostgresStoreConfig(dsn={self.location!r}, pool_size={self.pool_size}, "
-            f"durability={self.durability!r})"
+            f"durability={self.durability!r}, retry_deadline={self.retry_deadline!r})"
         )
 
     @property

@@ -43,9 +43,28 @@ class PostgresServer:
     bin_dir: Path
     port: int
     password: str
+    root: Path | None = None
+    """The cluster's directory (its data directory is ``root / "data"``)."""
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{USER}:{self.password}@127.0.0.1:{self.port}/{database}"
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart``; ``immediate`` is a crash: no checkpoint, every
+        connection cut, WAL recovery at start. Same port."""
+        assert self.root is not None, "a server this module started"
+        run = _Runner(self.root, _server_user())
+        run(
+            self.bin_dir / "pg_ctl",
+            "restart",
+            "--pgdata",
+            self.root / "data",
+            "--mode",
+            mode,
+            "--log",
+            self.root / "server.log",
+            "--wait",
+        )
 
 
 def _free_port() -> int:
@@ -113,7 +132,7 @@ def running_server(bin_dir: Path) -> Iterator[PostgresServer]:
         )
         port = _start(run, bin_dir, root, data)
         started = True
-        yield PostgresServer(bin_dir=bin_dir, port=port, password=password)
+        yield PostgresServer(bin_dir=bin_dir, port=port, password=password, root=root)
     finally:
         try:
             if started:

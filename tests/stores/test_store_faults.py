@@ -1,0 +1,166 @@
+"""Store faults cost a wait, never a lost or doubled write: a connection lost after
+COMMIT, a server that stays away past the deadline, a locked or full SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from dex_agents_ray.engine import PostgresStoreConfig, SqliteStoreConfig, StoreUnavailableError
+from dex_agents_ray.engine._records import Commit, StreamAppend
+from tests.stores.postgres_server import PostgresServer
+from tests.stores.records import entry, opened, run
+from tests.stores.tcp_proxy import fault_proxy
+
+
+def _through(proxy_port: int, server: PostgresServer, dsn: str) -> str:
+    return dsn.replace(f"127.0.0.1:{server.port}/", f"127.0.0.1:{proxy_port}/")
+
+
+async def test_a_commit_whose_answer_was_lost_is_applied_once(
+    postgres_server: PostgresServer, postgres_dsn: str
+) -> None:
+    with fault_proxy(postgres_server.port) as proxy:
+        config = PostgresStoreConfig(dsn=_through(proxy.port, postgres_server, postgres_dsn))
+        async with opened(config) as store:
+            epoch, _ = await store.activate("a")
+            await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+            proxy.cut_after_commit()
+
+            await store.commit(
+                Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "step_completed")])
+            )
+
+            assert proxy.cuts == 1
+            assert [h.event for h in await store.history("a")] == ["step_completed"]
+            proxy.cut_after_commit()
+            offsets = await store.append_streams(
+                "a", [StreamAppend(stream="s", source="#X-1", value=b"v", capacity_bytes=0)]
+            )
+            assert proxy.cuts == 2
+            assert offsets == [1]
+            assert [r.value for r in await store.read_stream("a", "s", 0, 10)] == [b"v"]
+
+
+async def test_a_server_away_past_the_deadline_raises_the_store_error_and_applies_nothing(
+    postgres_server: PostgresServer, postgres_dsn: str
+) -> None:
+    with fault_proxy(postgres_server.port) as proxy:
+        config = PostgresStoreConfig(
+            dsn=_through(proxy.port, postgres_server, postgres_dsn),
+            retry_deadline=timedelta(seconds=1),
+        )
+        async with opened(config) as store:
+            epoch, _ = await store.activate("a")
+            await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+            proxy.down()
+
+            with pytest.raises(StoreUnavailableError) as failed:
+                await store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "lost")]))
+
+            assert failed.value.store == config.location
+            assert "***" in failed.value.store and postgres_server.password not in str(failed.value)
+            assert failed.value.operation == "commit" and failed.value.attempts >= 2
+            assert str(failed.value).startswith(f"store {config.location} unavailable")
+            with pytest.raises(StoreUnavailableError):
+                await store.get_run("a")
+            proxy.up()
+            assert await store.history("a") == []
+            await store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "kept")]))
+            assert [h.event for h in await store.history("a")] == ["kept"]
+
+
+async def test_a_server_back_within_the_deadline_costs_only_a_wait(
+    postgres_server: PostgresServer, postgres_dsn: str
+) -> None:
+    with fault_proxy(postgres_server.port) as proxy:
+        config = PostgresStoreConfig(dsn=_through(proxy.port, postgres_server, postgres_dsn))
+        async with opened(config) as store:
+            epoch, _ = await store.activate("a")
+            await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+            proxy.down()
+            pending = asyncio.ensure_future(
+                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "late")]))
+            )
+            done, _ = await asyncio.wait({pending}, timeout=0.5)
+            assert not done  # still retrying while the server is away
+            proxy.up()
+            await asyncio.wait_for(pending, timeout=30)
+            assert [h.event for h in await store.history("a")] == ["late"]
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+async def test_a_locked_sqlite_file_is_waited_for_then_written(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(minutes=2))
+    async with opened(config) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        other = _hold_write_lock(path)
+        pending = asyncio.ensure_future(
+            store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "waited")]))
+        )
+        done, _ = await asyncio.wait({pending}, timeout=0.5)
+        assert not done
+        other.execute("ROLLBACK")
+        other.close()
+        await asyncio.wait_for(pending, timeout=60)
+        assert [h.event for h in await store.history("a")] == ["waited"]
+
+
+async def test_a_sqlite_file_locked_past_the_deadline_raises_and_applies_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(milliseconds=300))
+    async with opened(config) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        other = _hold_write_lock(path)
+        try:
+            with pytest.raises(StoreUnavailableError) as failed:
+                await store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")]))
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert failed.value.store == str(path)
+        assert "locked" in str(failed.value)
+        assert await store.history("a") == []
+
+
+async def test_a_full_sqlite_disk_raises_the_store_error_and_applies_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "full.db"
+    config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(milliseconds=300))
+    async with opened(config) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        # SQLite's own size cap gives the real SQLITE_FULL a full disk gives.
+        pages = await store._run(  # type: ignore[attr-defined]
+            lambda: store._db().execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]
+        )
+        await store._run(  # type: ignore[attr-defined]
+            lambda: store._db().execute(f"PRAGMA max_page_count={pages}")  # type: ignore[attr-defined]
+        )
+        big = Commit(flow_id="a", epoch=epoch, attribute_upserts={"big": b"x" * 1_000_000})
+
+        with pytest.raises(StoreUnavailableError) as failed:
+            await store.commit(big)
+
+        assert "full" in str(failed.value)
+        loaded = await store.activate("a")
+        assert loaded[1] is not None and "big" not in loaded[1].attributes
+        await store._run(  # type: ignore[attr-defined]
+            lambda: store._db().execute("PRAGMA max_page_count=1073741823")  # type: ignore[attr-defined]
+        )
+        await store.commit(Commit(flow_id="a", epoch=loaded[0], attribute_upserts={"big": b"y"}))

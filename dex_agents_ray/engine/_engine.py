@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -104,6 +105,22 @@ def _store_config(store: str | Path | StoreConfig | None) -> StoreConfig:
             f"got {type(store).__name__}"
         )
     return SqliteStoreConfig(path=str(path))
+
+
+async def _gone(handle: Any, timeout: float = 30.0) -> None:
+    """Wait until a killed actor answers no more (its process ended)."""
+    import ray.exceptions
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            await asyncio.wait_for(handle.__ray_ready__.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except TimeoutError:
+            continue
+        await asyncio.sleep(0.05)
 
 
 class FlowEngine:
@@ -305,17 +322,31 @@ class FlowEngine:
             ray.shutdown()
 
     async def stop_hosts(self) -> None:
-        """Kill every host and executor actor of this engine's namespace."""
+        """Kill every host and executor actor of this engine's namespace.
+
+        Hosts go first, and executors only once every host is gone: an executor
+        killed under a live host would fail that host's running attempts (and
+        the host would record it) instead of leaving them to the next engine,
+        which counts them as cut short by the host's end (``HostDiedError``).
+        """
         import ray
         from ray.util import list_named_actors
 
+        hosts: list[Any] = []
+        executors: list[Any] = []
         for entry in list_named_actors(all_namespaces=True):
             name = entry["name"]
             ours = name.startswith(HOST_PREFIXES) or name == SCHEDULER_NAME
             if entry["namespace"] != self.namespace or not ours:
                 continue
             try:
-                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+                handle = ray.get_actor(name, namespace=self.namespace)
             except ValueError:
                 continue
+            (executors if name.startswith(EXECUTOR_PREFIX) else hosts).append(handle)
+        for handle in hosts:
+            ray.kill(handle, no_restart=True)
+        await asyncio.gather(*(_gone(handle) for handle in hosts))
+        for handle in executors:
+            ray.kill(handle, no_restart=True)
         self._hosts.clear()

@@ -1,31 +1,36 @@
 """Drives one flow run inside its host: Steps, waits, timers, RPCs, commits.
 
-Every change to the run goes through ``_commit`` under the run's commit lock:
+Every change to the run goes through ``commit`` under the run's commit lock:
 the store applies it in one transaction fenced by the ownership epoch, and
 only then does memory change. Each active Step execution has one asyncio task
-that moves it through ``wait_for`` → waiting → ``execute`` attempts.
+that moves it through ``wait_for`` → waiting → ``execute`` attempts; running
+one attempt is ``_attempts.AttemptRunner``'s part.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
-from dex.flow import _RegisteredFlow
 
-from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
+from dex_agents_ray.engine._attempt import AttemptOutcome
+from dex_agents_ray.engine._attempts import (
+    AttemptRunner,
+    FlowDefinition,
+    Live,
+    marks_at_dispatch,
+    stage_start,
+)
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
 from dex_agents_ray.engine._errors import StoreUnavailableError
-from dex_agents_ray.engine._invoke import FlowMapper, StepResult, invoke_step
-from dex_agents_ray.engine._options import RayTaskOptions, RemoteExecution, StepAttemptProgress
-from dex_agents_ray.engine._pool import AbandonedAttempt, ExecutorPool
+from dex_agents_ray.engine._invoke import StepResult
+from dex_agents_ray.engine._options import StepAttemptProgress
+from dex_agents_ray.engine._pool import ExecutorPool
 from dex_agents_ray.engine._records import (
     Commit,
     ExecRecord,
@@ -35,14 +40,7 @@ from dex_agents_ray.engine._records import (
     RunStatus,
     evolve,
 )
-from dex_agents_ray.engine._remote import (
-    ABANDONED,
-    decode_frame,
-    decode_result,
-    definition_key,
-    remote_step_function,
-)
-from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT, next_retry_delay
+from dex_agents_ray.engine._retry import next_retry_delay
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
 from dex_agents_ray.engine._waits import next_timer_at, timer_fire_times
@@ -53,35 +51,7 @@ _FAIL_PROCEED = pb.EXECUTE_METHOD_FAILURE_POLICY_PROCEED_TO_CONFIGURED_STEP
 _WAIT_FOR_PROCEED = pb.WAIT_FOR_METHOD_FAILURE_POLICY_PROCEED_ON_FAILURE
 
 
-@dataclass
-class FlowDefinition:
-    """A registered Flow as one host process holds it."""
-
-    flow_type: str
-    flow_hash: str
-    blob: bytes
-    flow: _RegisteredFlow
-    mapper: FlowMapper
-    blob_ref: Any = None
-    """The blob in Ray's object store, put once and passed to remote tasks."""
-    blob_key: str = ""
-    """The blob's content hash: executors cache loaded definitions by it."""
-
-
-@dataclass
-class _Live:
-    """In-memory bookkeeping for one running attempt."""
-
-    attempt: int
-    last_beat: float
-    kill: Callable[[], None]
-    first_attempt_at: float | None = None
-    """What the attempt's request said ``first_attempt_at`` is (recorded at its start)."""
-    acked: asyncio.Event | None = None
-    """A remote attempt's start acknowledgement; its timeouts count from it."""
-
-
-class RunDriver:
+class RunDriver(AttemptRunner):
     """Owns one run inside a host while the host holds its ownership epoch."""
 
     def __init__(
@@ -113,7 +83,7 @@ class RunDriver:
         self._on_stream = on_stream
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, Live] = {}
         self._changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closed: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -284,7 +254,7 @@ class RunDriver:
                 record.status is ExecStatus.READY
                 and record.attempts_started == record.attempts_failed == 0
                 and record.next_attempt_at is None
-                and (record.remote is None or _marks_at_dispatch(record, 1))
+                and (record.remote is None or marks_at_dispatch(record, 1))
             ):
                 tx.update(evolve(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
                 tx.history(record.exec_id, "attempt_started", {"attempt": 1})
@@ -445,7 +415,7 @@ class RunDriver:
         keys = list(options.execute_lock_attribute_keys)
         await self.locks.acquire(keys, record.exec_id)
         try:
-            mark = record.remote is None or _marks_at_dispatch(record, attempt, options)
+            mark = record.remote is None or marks_at_dispatch(record, attempt, options)
             if mark and not premarked:
                 async with self.commit_lock:
                     if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
@@ -474,51 +444,8 @@ class RunDriver:
         self, exec_id: str, attempt: int, first_attempt_at: float | None = None
     ) -> None:
         tx = self.tx()
-        self._stage_start(tx, exec_id, attempt, first_attempt_at)
+        stage_start(tx, exec_id, attempt, first_attempt_at)
         await self.commit(tx)
-
-    @staticmethod
-    def _stage_start(tx: Tx, exec_id: str, attempt: int, first_attempt_at: float | None) -> None:
-        current = tx.current(exec_id)
-        tx.update(
-            evolve(
-                current,
-                attempts_started=attempt,
-                first_attempt_at=current.first_attempt_at or first_attempt_at or float(int(tx.now)),
-                next_attempt_at=None,
-            )
-        )
-        tx.history(exec_id, "attempt_started", {"attempt": attempt})
-
-    async def ack_remote_start(self, exec_id: str, attempt: int) -> bool:
-        """A remote task is about to run user code: record it, or refuse."""
-        return (await self.ack_remote_starts([(exec_id, attempt)]))[0]
-
-    async def ack_remote_starts(self, attempts: list[tuple[str, int]]) -> list[bool]:
-        """Remote attempts about to run user code: record the starts not recorded
-        at dispatch (in one commit), or refuse each that is superseded."""
-        async with self.commit_lock:
-            answers: list[bool] = []
-            accepted: list[_Live] = []
-            tx = self.tx()
-            for exec_id, attempt in attempts:
-                live = self._live.get(exec_id)
-                record = self.state.execs.get(exec_id)
-                ok = live is not None and live.attempt == attempt and record is not None
-                if ok and record is not None and record.status is ExecStatus.WAIT_FOR:
-                    ok = self._is_current(exec_id, ExecStatus.WAIT_FOR, attempt, wait=True)
-                elif ok and record is not None:
-                    ok = self._is_current(exec_id, ExecStatus.READY, attempt, wait=False)
-                    if ok and live is not None and record.attempts_started < attempt:
-                        self._stage_start(tx, exec_id, attempt, live.first_attempt_at)
-                if ok and live is not None:
-                    accepted.append(live)
-                answers.append(ok)
-            if tx.commit.history:
-                await self.commit(tx)
-            for live in accepted:
-                _acknowledged(live)
-            return answers
 
     async def _commit_execute(self, exec_id: str, result: StepResult) -> None:
         response = result.execute
@@ -612,168 +539,6 @@ class RunDriver:
         )
         finish_if_idle(tx)
 
-    # -- running one attempt -----------------------------------------------------------
-
-    async def _attempt(
-        self, record: ExecRecord, attempt: int, method: InvocationMethod, options: pb.StepOptions
-    ) -> AttemptOutcome:
-        assert self.definition is not None
-        is_wait = method is InvocationMethod.WAIT_FOR
-        # A remote attempt records its start later, at its acknowledgement: fix
-        # first_attempt_at now so the request and the record agree.
-        first_attempt_at = record.first_attempt_at or float(int(time.time()))
-        request = (
-            self.state.wait_for_request(record, attempt)
-            if is_wait
-            else self.state.execute_request(
-                evolve(record, first_attempt_at=first_attempt_at), attempt
-            )
-        )
-        raw_timeout = (
-            options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
-        )
-        timeout = float(raw_timeout or DEFAULT_METHOD_TIMEOUT)
-        heartbeat_timeout = float(options.heartbeat_timeout_seconds) or None
-        progress = (
-            StepAttemptProgress(record.recovery.progress)
-            if record.recovery is not None
-            else StepAttemptProgress.UNSPECIFIED
-        )
-        loop = asyncio.get_running_loop()
-        exec_id = record.exec_id
-        future: asyncio.Future[Any]
-        if record.remote is None:
-            future = asyncio.ensure_future(
-                invoke_step(
-                    self.definition.mapper,
-                    self.definition.flow,
-                    method,
-                    request,
-                    attempt_progress=progress,
-                    is_active=lambda: self.attempt_active(exec_id, attempt),
-                    sink=lambda frame: self.on_frame(exec_id, attempt, frame),
-                )
-            )
-            live = _Live(attempt, loop.time(), lambda: _cancel(future))
-            decode: Callable[[Any], StepResult] = _identity
-        else:
-            future, kill = self._submit_remote(record, attempt, method, request, progress)
-            live = _Live(attempt, loop.time(), kill, first_attempt_at, asyncio.Event())
-            decode = _decode_remote
-        self._live[exec_id] = live
-        try:
-            outcome = await watch_attempt(
-                future,
-                timeout=timeout,
-                heartbeat_timeout=heartbeat_timeout,
-                last_beat=lambda: live.last_beat,
-                kill=live.kill,
-                decode=decode,
-                acked=live.acked,
-            )
-        except (_Abandoned, AbandonedAttempt):
-            outcome = AttemptOutcome(error_type="AttemptAbandoned", detail="superseded attempt")
-        except Exception as error:  # a result the engine cannot decode fails the attempt
-            outcome = describe_failure(error)
-        finally:
-            if self._live.get(exec_id) is live:
-                del self._live[exec_id]
-        if live.acked is not None and not live.acked.is_set():
-            outcome.acknowledged = False
-        return outcome
-
-    def _submit_remote(
-        self,
-        record: ExecRecord,
-        attempt: int,
-        method: InvocationMethod,
-        request: Any,
-        progress: StepAttemptProgress,
-    ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
-        import ray
-
-        assert self.definition is not None and record.remote is not None
-        definition = self.definition
-        if definition.blob_ref is None:
-            definition.blob_ref = ray.put(definition.blob)
-            definition.blob_key = definition_key(definition.blob)
-        ray_options = _task_options(record.remote)
-        method_name = "wait_for" if method is InvocationMethod.WAIT_FOR else "execute"
-        if ray_options.execution is RemoteExecution.POOL and self._pool is not None:
-            return self._pool.submit(
-                ray_options,
-                record.remote,
-                (
-                    definition.blob_key,
-                    [definition.blob_ref],
-                    method_name,
-                    request.SerializeToString(),
-                    progress.value,
-                    self._host_name,
-                    self.flow_id,
-                    record.exec_id,
-                    attempt,
-                ),
-                (self.flow_id, record.exec_id, attempt),
-                self._on_frames,
-            )
-        ref = (
-            remote_step_function()
-            .options(**ray_options.ray_options())
-            .remote(
-                definition.blob_ref,
-                method_name,
-                request.SerializeToString(),
-                progress.value,
-                self._host_handle,
-                self.flow_id,
-                record.exec_id,
-                attempt,
-            )
-        )
-
-        def kill() -> None:
-            ray.cancel(ref, force=True)
-
-        return asyncio.ensure_future(_await_ref(ref)), kill
-
-    def attempt_active(self, exec_id: str, attempt: int) -> bool:
-        """Whether ``attempt`` of ``exec_id`` is running for this driver now."""
-        live = self._live.get(exec_id)
-        return live is not None and live.attempt == attempt and self.state.is_running
-
-    def _on_frames(self, frames: list[tuple[str, str, int, str, bytes]]) -> None:
-        for _, exec_id, attempt, kind, payload in frames:
-            self.on_frame(exec_id, attempt, decode_frame(kind, payload))
-
-    def on_frame(
-        self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
-    ) -> None:
-        """A heartbeat or Stream write from a running attempt (local or remote)."""
-        live = self._live.get(exec_id)
-        if live is None or live.attempt != attempt:
-            return
-        live.last_beat = asyncio.get_running_loop().time()
-        if isinstance(frame, pb.StepStreamWrite):
-            self._on_stream(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
-            return
-        checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
-        self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
-
-    async def _persist_heartbeat(
-        self, exec_id: str, attempt: int, checkpoint: bytes | None
-    ) -> None:
-        async with self.commit_lock:
-            record = self.state.execs.get(exec_id)
-            if record is None or not record.status.is_active or record.heartbeat == checkpoint:
-                return
-            tx = self.tx()
-            tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
-            try:
-                await self.commit(tx)
-            except StaleEpochError:
-                return
-
     # -- waits and timers --------------------------------------------------------------
 
     def schedule_evaluation(self) -> None:
@@ -800,62 +565,6 @@ class RunDriver:
         if when is not None:
             delay = max(0.0, when - time.time()) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
-
-
-class _Abandoned(Exception):
-    """A remote task found its attempt superseded and ran nothing."""
-
-
-@functools.lru_cache(maxsize=1024)
-def _task_options(text: str) -> RayTaskOptions:
-    """A stored ``RayTaskOptions`` (decoded once per distinct text)."""
-    return RayTaskOptions.from_json(text)
-
-
-def _marks_at_dispatch(
-    record: ExecRecord, attempt: int, options: pb.StepOptions | None = None
-) -> bool:
-    """Whether a remote attempt's start is recorded when it is dispatched.
-
-    It is unless it is the Step's last attempt: a host that dies before the
-    attempt reaches user code then costs one attempt (it counts as started),
-    never the last one, which is recorded at its acknowledgement instead (one
-    more commit) and is dispatched again after such a crash. For a
-    single-attempt Step (a write that must not run twice) the start is always
-    exact.
-    """
-    if options is None:
-        options = pb.StepOptions.FromString(record.options)
-    maximum = (
-        options.execute_retry_policy.maximum_attempts
-        if options.HasField("execute_retry_policy")
-        else 0
-    )
-    return maximum == 0 or attempt < maximum
-
-
-def _acknowledged(live: _Live) -> None:
-    live.last_beat = asyncio.get_running_loop().time()
-    if live.acked is not None:
-        live.acked.set()
-
-
-def _cancel(future: asyncio.Future[Any]) -> None:
-    future.cancel()
-
-
-def _identity(value: Any) -> StepResult:
-    return value  # type: ignore[no-any-return]
-
-
-def _decode_remote(value: Any) -> StepResult:
-    if value == ABANDONED:
-        raise _Abandoned
-    return decode_result(value)
-
-
-async def _await_ref(ref: Any) -> Any:
-    return await ref
 
 
 def _events(response: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
-from dex_agents_ray.engine._driver import FlowDefinition, RunDriver
+from dex_agents_ray.engine._attempts import FlowDefinition
+from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import (
     Envelope,
     HostPassivatedError,

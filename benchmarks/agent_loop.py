@@ -8,10 +8,12 @@ warm-up sessions: at C=1 sequential sessions, each timed (ms/step = median sessi
 time / 50); at C=50 and C=500 that many sessions at once (steps/s).
 
 Rows: the floors (plain asyncio; raw SQLite, one fsync per step and group commit),
-DBOS and LangGraph when the ``bench`` extra is installed, and this project: the
-workload as one engine Flow per session (the peers' shape: one workflow per session)
-and as real agent sessions (``builtin_agent_session_flow``; the client sends each
-user message and reads the event stream). The headline row is the default
+DBOS and LangGraph when the ``bench`` extra is installed, Restate when its server
+is installed too (``scripts/install-restate``; the server's and the service's CPU
+and RSS count), and this project: the workload as one engine Flow per session (the
+peers' shape: one workflow per session) and as real agent sessions
+(``builtin_agent_session_flow``; the client sends each user message and reads the
+event stream). The headline row is the default
 configuration, ``dex:session-shared-ray``: shared hosts, tool Steps sent to Ray on
 pooled executors. The others run tools inline in the host, on dedicated hosts, or as
 one Ray task per attempt (``session-shared-tasks``). Dedicated placement is not run
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.peers.run import PeerJobError, run_job  # noqa: E402
 
 FLOORS = ("plain", "sqlite:full", "sqlite:group")
-PEERS = ("dbos:wal", "langgraph:async")
+PEERS = ("dbos:wal", "langgraph:async", "restate")
 OURS = (
     "dex:session-shared-ray",
     "dex:flow-shared",
@@ -52,8 +54,6 @@ OURS = (
 )
 HEADLINE = "dex:session-shared-ray"
 """The default configuration: agent sessions whose tools go to Ray (pooled executors)."""
-RESTATE = {"ms_per_step": 2.575, "steps_per_s": 683.0}
-"""Restate 1.7.12 from shared/research/perf-peers.md (a server from npm; not run here)."""
 
 
 def _jobs(systems: tuple[str, ...], with_500: bool) -> list[tuple[str, int]]:
@@ -164,16 +164,12 @@ def main(rounds: int, sessions: int, with_500: bool, only: list[str] | None = No
             f"{_fmt(figure(system, 50, 'platform_rss_mb'), 0):>8}"
             f"{_fmt(_ray_pss(figure, system), 0):>12}"
         )
-    print(
-        f"{'restate (research)':<26}{RESTATE['ms_per_step']:>12.3f}{'':>12}"
-        f"{RESTATE['steps_per_s']:>14,.0f}   (not run here: figures from perf-peers.md)"
-    )
 
     floor = figure("sqlite:full", 1, "ms_per_step")
     print("\nratios (peer / ours: above 1 means we are faster)")
     print(
         f"{'ours':<26}{'x sqlite:full':>14}{'DBOS C=1':>10}{'LG C=1':>9}{'DBOS C=50':>11}"
-        f"{'LG C=50':>9}{'Restate*':>10}"
+        f"{'LG C=50':>9}{'Restate C=1':>13}{'Restate C=50':>14}"
     )
     for system in OURS:
         ms = figure(system, 1, "ms_per_step")
@@ -186,9 +182,9 @@ def main(rounds: int, sessions: int, with_500: bool, only: list[str] | None = No
             f"{_ratio(figure('langgraph:async', 1, 'ms_per_step'), ms):>9}"
             f"{_ratio(rate, figure('dbos:wal', 50, 'steps_per_s')):>11}"
             f"{_ratio(rate, figure('langgraph:async', 50, 'steps_per_s')):>9}"
-            f"{RESTATE['ms_per_step'] / ms:>10.2f}"
+            f"{_ratio(figure('restate', 1, 'ms_per_step'), ms):>13}"
+            f"{_ratio(rate, figure('restate', 50, 'steps_per_s')):>14}"
         )
-    print("* Restate's figure was measured on this machine type in another run, not this one.")
     _targets(figure)
 
 

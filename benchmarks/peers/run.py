@@ -6,11 +6,13 @@ From the repository root, with a Python that has the ``bench`` extra for the pee
     .venv/bin/python benchmarks/peers/run.py SYSTEM[:VARIANT] C [N]
 
 SYSTEM is ``plain``, ``sqlite`` (``full``, ``normal``, ``group``), ``dbos``
-(``default``, ``wal``) or ``langgraph`` (``async``, ``sync``); without a variant
-the first one is used. C is the number of concurrent sessions: 1 times N sequential
-sessions (default 10); more runs C sessions at once. Each job uses a fresh temporary
-directory and 2 untimed warm-up sessions (see ``workload.py``). A system whose
-packages are not installed prints ``{"system": ..., "C": ..., "skipped": reason}``.
+(``default``, ``wal``), ``langgraph`` (``async``, ``sync``) or ``restate``;
+without a variant the first one is used. C is the number of concurrent sessions:
+1 times N sequential sessions (default 10); more runs C sessions at once. Each job
+uses a fresh temporary directory and 2 untimed warm-up sessions (see
+``workload.py``). A system whose packages are not installed (or whose server
+binary is missing: Restate's comes from ``scripts/install-restate``) prints
+``{"system": ..., "C": ..., "skipped": reason}``.
 
 Another benchmark calls :func:`run_job`, which runs each job in its own process so
 that every job has its own peak RSS and nothing is shared between systems.
@@ -40,6 +42,7 @@ PEER_SYSTEMS: tuple[str, ...] = (
     "sqlite:group",
     "dbos:wal",
     "langgraph:async",
+    "restate",
 )
 """The jobs a comparison runs by default (each at C=1 and C=50)."""
 
@@ -57,6 +60,7 @@ _PEERS = {
     "sqlite": _Peer(module="sqlite_floor", variants=("full", "normal", "group")),
     "dbos": _Peer(module="dbos_peer", variants=("default", "wal")),
     "langgraph": _Peer(module="langgraph_peer", variants=("async", "sync")),
+    "restate": _Peer(module="restate_peer", variants=()),
     "dex": _Peer(
         module="dex_engine",
         variants=(
@@ -139,7 +143,8 @@ def run_job(
         session time / 50), ``session_ms_median``, ``steps_per_s``,
         ``cpu_ms_per_step`` (all threads of the job's process), ``wall_s``,
         ``rss_after_warmup_mb``, ``peak_rss_mb`` and ``versions``; or ``system``,
-        ``C`` and ``skipped`` (the reason) when the peer's packages are missing.
+        ``C`` and ``skipped`` (the reason) when the peer's packages (or server
+        binary) are missing.
 
     Raises:
         ValueError: An unknown system or a count below 1 (nothing is run).
@@ -199,12 +204,17 @@ async def _job(system: str, concurrency: int, sessions: int) -> dict[str, Any]:
     except ModuleNotFoundError as exc:
         reason = f"{exc.name or exc} is not installed ({_INSTALL_HINT})"
         return {"system": system, "C": concurrency, "skipped": reason}
-    from .workload import measure
+    from .workload import PeerUnavailable, measure
 
     with tempfile.TemporaryDirectory(prefix="dex-peers-") as workdir:
-        async with module.open_system(Path(workdir), variant) as system_under_test:
-            result = await measure(system_under_test, concurrency, sessions)
-    return {"system": system, **result, "versions": _versions(module)}
+        try:
+            async with module.open_system(Path(workdir), variant) as system_under_test:
+                result = await measure(system_under_test, concurrency, sessions)
+                # A system can report versions of what is not a Python distribution.
+                versions = _versions(module) | getattr(system_under_test, "versions", {})
+        except PeerUnavailable as exc:
+            return {"system": system, "C": concurrency, "skipped": str(exc)}
+    return {"system": system, **result, "versions": versions}
 
 
 def main(argv: list[str] | None = None) -> None:

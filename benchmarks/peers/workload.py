@@ -54,6 +54,12 @@ class Message(TypedDict):
     tool_call_id: NotRequired[str]
 
 
+class PeerUnavailable(RuntimeError):
+    """Raised by ``open_system`` before it starts anything when something the system
+    needs outside Python (a server binary) is missing: the job is reported skipped
+    with this message (the install hint), as when its packages are missing."""
+
+
 class PeerSystem(Protocol):
     """A system under test: runs one whole workload session per call.
 

@@ -181,10 +181,21 @@ def _stop_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
+_NOWHERE = "http://127.0.0.1:9"
+"""A loopback proxy address nothing listens on (the discard port)."""
+
+
 def _server_env() -> dict[str, str]:
     """This environment less the RESTATE_* variables, which would override the
-    configuration file (restate-server reads them over it)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("RESTATE_")}
+    configuration file (restate-server reads them over it), and with every
+    outbound HTTP(S) request sent to a dead loopback proxy: the server looks for
+    a newer release of itself at start (no setting turns that off), and the
+    benchmark must reach nothing but this machine. Loopback is not proxied."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESTATE_")}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        env[name] = _NOWHERE
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
+    return env
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

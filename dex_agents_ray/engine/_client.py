@@ -38,7 +38,7 @@ from dex.runtime_errors import (
 
 from dex_agents_ray.engine._errors import HostPassivatedError, service_error, unwrap
 from dex_agents_ray.engine._operations import StartRequest
-from dex_agents_ray.engine._query import matcher, parse_query
+from dex_agents_ray.engine._query import Term, matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
 
 if TYPE_CHECKING:
@@ -96,6 +96,24 @@ def _seconds(value: timedelta | float | None, name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a timedelta, seconds or None, got {type(value).__name__}")
     return float(value)
+
+
+def _indexed(terms: list[Term]) -> tuple[str | None, str | None, list[Term]]:
+    """The ``FlowType`` and ``ActiveStepTypes`` equalities a store index can
+    answer, and the terms left for the client to check."""
+    flow_type: str | None = None
+    step_type: str | None = None
+    rest: list[Term] = []
+    for term in terms:
+        if term.op == "=" and isinstance(term.value, str):
+            if term.field == "FlowType" and flow_type is None:
+                flow_type = term.value
+                continue
+            if term.field == "ActiveStepTypes" and step_type is None:
+                step_type = term.value
+                continue
+        rest.append(term)
+    return flow_type, step_type, rest
 
 
 def _attempt_of(detail: dict[str, Any]) -> int | None:
@@ -350,8 +368,15 @@ class EngineClient:
             raise ValueError(
                 f"search_flows: invalid next_page_token {next_page_token!r}"
             ) from error
-        predicate = matcher(parse_query(query))
-        hits = [run for run in await self._engine.store.list_runs() if predicate(_fields(run))]
+        terms = parse_query(query)
+        predicate = matcher(terms)
+        flow_type, step_type, rest = _indexed(terms)
+        # Only a query the store's indexes answer whole can stop at the page's end.
+        limit = offset + page_size + 1 if not rest else None
+        candidates = await self._engine.store.list_runs(
+            flow_type=flow_type, active_step_type=step_type, limit=limit
+        )
+        hits = [run for run in candidates if predicate(_fields(run))]
         page = hits[offset : offset + page_size]
         more = offset + page_size < len(hits)
         return SearchFlowsPage(

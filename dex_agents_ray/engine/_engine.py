@@ -346,7 +346,8 @@ class FlowEngine:
             (executors if name.startswith(EXECUTOR_PREFIX) else hosts).append(handle)
         for handle in hosts:
             ray.kill(handle, no_restart=True)
-        await asyncio.gather(*(_gone(handle) for handle in hosts))
+        if executors:
+            await asyncio.gather(*(_gone(handle) for handle in hosts))
         for handle in executors:
             ray.kill(handle, no_restart=True)
         self._hosts.clear()

@@ -45,7 +45,7 @@ from dex_agents_ray.engine._records import (
 
 # The per-run table list and the run-row decoding are shared with the SQLite
 # store, so both agree on what a replaced run drops and how a run row reads.
-from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row
+from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row, _runs_query
 from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
 from dex_agents_ray.engine._store_retry import retrying
 
@@ -131,6 +131,19 @@ _MARKS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS write_marks (
     flow_id TEXT NOT NULL, kind TEXT NOT NULL, mark TEXT NOT NULL,
     PRIMARY KEY (flow_id, kind));
+"""
+# Searches by ActiveStepTypes and FlowType read an index, not every run. A store
+# made before the index existed gets it, filled from its runs, when opened.
+_SEARCH_SCHEMA = """
+CREATE TABLE IF NOT EXISTS active_steps (
+    step_type TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL, flow_id TEXT NOT NULL,
+    PRIMARY KEY (step_type, started_at, flow_id));
+CREATE INDEX IF NOT EXISTS active_steps_by_run ON active_steps (flow_id);
+CREATE INDEX IF NOT EXISTS runs_by_type ON runs (flow_type, started_at, flow_id);
+INSERT INTO active_steps (step_type, started_at, flow_id)
+    SELECT DISTINCT t, started_at, flow_id FROM runs,
+        LATERAL jsonb_array_elements_text(active_step_types::jsonb) AS t
+    ON CONFLICT DO NOTHING;
 """
 _SET_MARK = (
     "INSERT INTO write_marks (flow_id, kind, mark) VALUES (%s, %s, %s) "
@@ -330,6 +343,13 @@ class PostgresFlowStore:
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
                 await conn.execute("SET LOCAL client_min_messages = warning")
                 await conn.execute(_MARKS_SCHEMA)
+        cur = await conn.execute("SELECT to_regclass('active_steps') IS NOT NULL")
+        row = await cur.fetchone()
+        if row is not None and not row[0]:  # a store made before the search index
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                await conn.execute("SET LOCAL client_min_messages = warning")
+                await conn.execute(_SEARCH_SCHEMA)
         if version is not None and version > SCHEMA_VERSION:
             raise RuntimeError(
                 f"store {self._config.location} has schema version {version}; this release "
@@ -500,10 +520,15 @@ class PostgresFlowStore:
         )
         return None if row is None else _run_from_row(row[:-1], int(row[-1]))
 
-    async def list_runs(self) -> list[RunRecord]:
-        rows = await self._run(
-            _fetch_all, f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at, flow_id", ()
-        )
+    async def list_runs(
+        self,
+        *,
+        flow_type: str | None = None,
+        active_step_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        sql, params = _runs_query(flow_type, active_step_type, limit, "%s")
+        rows = await self._run(_fetch_all, sql, params)
         return [_run_from_row(row, 0) for row in rows]
 
     async def completions(self, flow_id: str) -> list[CompletionRecord]:
@@ -702,6 +727,13 @@ async def _apply(conn: Connection, c: Commit) -> None:
     fid = c.flow_id
     if c.run is not None:
         await conn.execute(_UPSERT_RUN, c.run.row())
+        await conn.execute("DELETE FROM active_steps WHERE flow_id = %s", (fid,))
+        steps = list(dict.fromkeys(c.run.active_step_types))
+        if steps:
+            await conn.cursor().executemany(
+                "INSERT INTO active_steps (step_type, started_at, flow_id) VALUES (%s, %s, %s)",
+                [(t, c.run.started_at, fid) for t in steps],
+            )
     cur = conn.cursor()
     if c.attribute_deletes:
         await conn.execute(

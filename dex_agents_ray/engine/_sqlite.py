@@ -79,6 +79,11 @@ CREATE TABLE IF NOT EXISTS history (
 CREATE TABLE IF NOT EXISTS rpc_requests (
     flow_id TEXT NOT NULL, request_id TEXT NOT NULL, response BLOB NOT NULL,
     PRIMARY KEY (flow_id, request_id));
+CREATE TABLE IF NOT EXISTS active_steps (
+    step_type TEXT NOT NULL, started_at REAL NOT NULL, flow_id TEXT NOT NULL,
+    PRIMARY KEY (step_type, started_at, flow_id));
+CREATE INDEX IF NOT EXISTS active_steps_by_run ON active_steps (flow_id);
+CREATE INDEX IF NOT EXISTS runs_by_type ON runs (flow_type, started_at, flow_id);
 CREATE TABLE IF NOT EXISTS passivated (flow_id TEXT PRIMARY KEY, wake_at REAL);
 CREATE INDEX IF NOT EXISTS passivated_wake ON passivated (wake_at);
 CREATE TABLE IF NOT EXISTS streams (
@@ -167,6 +172,7 @@ class SqliteFlowStore:
                 f"store {self._config.path} has schema version {row[0]}; this release "
                 f"reads versions up to {SCHEMA_VERSION}"
             )
+        _index_active_steps(conn)
         conn.execute("COMMIT")
         self._conn = conn
 
@@ -369,6 +375,11 @@ class SqliteFlowStore:
         fid = c.flow_id
         if c.run is not None:
             db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", c.run.row())
+            db.execute("DELETE FROM active_steps WHERE flow_id=?", (fid,))
+            db.executemany(
+                "INSERT INTO active_steps VALUES (?,?,?)",
+                [(t, c.run.started_at, fid) for t in dict.fromkeys(c.run.active_step_types)],
+            )
         for key in c.attribute_deletes:
             db.execute("DELETE FROM attributes WHERE flow_id=? AND key=?", (fid, key))
         db.executemany(
@@ -427,14 +438,19 @@ class SqliteFlowStore:
         epoch_row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (flow_id,)).fetchone()
         return _run_from_row(row, 0 if epoch_row is None else int(epoch_row[0]))
 
-    async def list_runs(self) -> list[RunRecord]:
-        def list_all() -> list[RunRecord]:
-            return [
-                _run_from_row(row, 0)
-                for row in self._db().execute("SELECT * FROM runs ORDER BY started_at, flow_id")
-            ]
+    async def list_runs(
+        self,
+        *,
+        flow_type: str | None = None,
+        active_step_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        sql, params = _runs_query(flow_type, active_step_type, limit, "?")
 
-        return await self._run(list_all)
+        def list_some() -> list[RunRecord]:
+            return [_run_from_row(row, 0) for row in self._db().execute(sql, params)]
+
+        return await self._run(list_some)
 
     async def completions(self, flow_id: str) -> list[CompletionRecord]:
         return await self._run(self._completions_sync, flow_id)
@@ -615,6 +631,57 @@ class SqliteFlowStore:
             ]
 
         return await self._run(read)
+
+
+def _runs_query(
+    flow_type: str | None, active_step_type: str | None, limit: int | None, mark: str
+) -> tuple[str, tuple[Any, ...]]:
+    """The runs that ``list_runs`` filters, oldest first, as SQL for either store
+    (``mark`` is the parameter placeholder); an index serves each filter."""
+    columns = ", ".join(f"r.{c}" for c in RUN_COLUMNS)
+    sql = f"SELECT {columns} FROM runs r"
+    params: list[Any] = []
+    if active_step_type is not None:
+        sql += f" JOIN active_steps a ON a.flow_id = r.flow_id AND a.step_type = {mark}"
+        params.append(active_step_type)
+    if flow_type is not None:
+        sql += f" WHERE r.flow_type = {mark}"
+        params.append(flow_type)
+    order = "a.started_at, a.flow_id" if active_step_type is not None else "r.started_at, r.flow_id"
+    sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return sql, tuple(params)
+
+
+def _index_active_steps(conn: sqlite3.Connection) -> None:
+    """Fill ``active_steps`` for runs a store written before it existed had."""
+    if conn.execute("SELECT 1 FROM active_steps LIMIT 1").fetchone() is not None:
+        return
+    rows = conn.execute(
+        "SELECT flow_id, started_at, active_step_types FROM runs WHERE active_step_types != '[]'"
+    ).fetchall()
+    conn.executemany(
+        "INSERT OR IGNORE INTO active_steps VALUES (?,?,?)",
+        [(t, started, fid) for fid, started, types in rows for t in json.loads(types)],
+    )
+
+
+RUN_COLUMNS = (
+    "flow_id",
+    "run_id",
+    "flow_type",
+    "flow_hash",
+    "status",
+    "started_at",
+    "closed_at",
+    "error_type",
+    "error_message",
+    "active_step_types",
+    "search_attributes",
+    "extra",
+)
+"""The ``runs`` table's columns, in order (both stores)."""
 
 
 def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:

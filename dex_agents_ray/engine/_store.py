@@ -75,7 +75,17 @@ class FlowStore(Protocol):
 
     async def get_run(self, flow_id: str) -> RunRecord | None: ...
 
-    async def list_runs(self) -> list[RunRecord]: ...
+    async def list_runs(
+        self,
+        *,
+        flow_type: str | None = None,
+        active_step_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs oldest first (``started_at``, then flow ID); with ``flow_type``,
+        only runs of that type; with ``active_step_type``, only runs with an
+        active execution of that Step type; at most ``limit`` of them. Indexes
+        serve both filters, so their cost follows the matches, not the store."""
 
     async def completions(self, flow_id: str) -> list[CompletionRecord]: ...
 

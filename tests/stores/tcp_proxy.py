@@ -64,6 +64,11 @@ class FaultProxy:
         if self._server is not None:
             self._server.close()
         await self._drop_all()
+        # End every connection's task here, so none is left pending on a closed loop.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     async def _drop_all(self) -> None:
         for writer in list(self._writers):

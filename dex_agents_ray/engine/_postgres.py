@@ -20,12 +20,13 @@ caller loop never delays a commit already sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dex_agents_ray.engine._records import (
@@ -150,8 +151,8 @@ _SET_MARK = (
     "ON CONFLICT (flow_id, kind) DO UPDATE SET mark = EXCLUDED.mark"
 )
 _GET_MARK = "SELECT mark FROM write_marks WHERE flow_id = %s AND kind = %s"
-_POOL_WAIT_SECONDS = 5.0
-"""The longest one try waits for a pooled connection (the retry loop goes on)."""
+_POOL_WAIT_SECONDS = 2.0
+"""The longest one try waits for a pooled connection before it opens its own."""
 
 
 def _transient(error: BaseException) -> bool:
@@ -266,6 +267,42 @@ class _IdleProbe:
             await AsyncConnectionPool.check_connection(conn)
 
 
+class Connections:
+    """Where a store's operations get connections: the pool, or, while the pool
+    is backing off from failed reconnections (a server that restarted again and
+    again), a connection of their own for that one try."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Connection],
+        dsn: str,
+        configure: Callable[[Connection], Coroutine[Any, Any, None]],
+    ) -> None:
+        self.pool = pool
+        self._dsn = dsn
+        self._configure = configure
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        from psycopg import AsyncConnection
+        from psycopg_pool import PoolTimeout
+
+        try:
+            conn = await self.pool.getconn()
+        except PoolTimeout:
+            own = await AsyncConnection.connect(self._dsn, autocommit=True)
+            try:
+                await self._configure(own)
+                yield own
+            finally:
+                await own.close()
+            return
+        try:
+            yield conn
+        finally:
+            await self.pool.putconn(conn)
+
+
 class PostgresFlowStore:
     """``FlowStore`` on a PostgreSQL database; see the module docstring.
 
@@ -278,6 +315,7 @@ class PostgresFlowStore:
         self._config = config
         self._runner: _LoopThread | None = None
         self._pool: AsyncConnectionPool[Connection] | None = None
+        self._connections: Connections | None = None
         self._probe = _IdleProbe()
 
     def __repr__(self) -> str:
@@ -317,6 +355,7 @@ class PostgresFlowStore:
         )
         await pool.open()
         self._pool = pool
+        self._connections = Connections(pool, self._config.dsn, self._configure)
 
     async def _configure(self, conn: Connection) -> None:
         if self._config.durability == "process":
@@ -377,6 +416,7 @@ class PostgresFlowStore:
 
     async def _close(self) -> None:
         pool, self._pool = self._pool, None
+        self._connections = None
         if pool is not None:
             await pool.close()
 
@@ -388,11 +428,11 @@ class PostgresFlowStore:
         """
         name = fn.__name__.strip("_")
         operation = "read" if name.startswith("fetch") else name
-        return await self._retry(operation, lambda _: fn(self._pool, *args))
+        return await self._retry(operation, lambda _: fn(self._connections, *args))
 
     async def _retry(self, operation: str, attempt: Callable[[int], Coroutine[Any, Any, T]]) -> T:
         runner = self._runner
-        if runner is None or self._pool is None:
+        if runner is None or self._connections is None:
             raise RuntimeError("the store is not open")
 
         async def one(tries: int) -> T:
@@ -408,7 +448,7 @@ class PostgresFlowStore:
 
     @staticmethod
     async def _put_flow_definition(
-        pool: AsyncConnectionPool[Connection], flow_type: str, flow_hash: str, blob: bytes
+        pool: Connections, flow_type: str, flow_hash: str, blob: bytes
     ) -> None:
         async with pool.connection() as conn:
             await conn.execute(
@@ -431,9 +471,7 @@ class PostgresFlowStore:
         return await self._run(self._activate, flow_id)
 
     @staticmethod
-    async def _activate(
-        pool: AsyncConnectionPool[Connection], flow_id: str
-    ) -> tuple[int, LoadedRun | None]:
+    async def _activate(pool: Connections, flow_id: str) -> tuple[int, LoadedRun | None]:
         # One round trip: the epoch bump waits for any commit of the run in
         # progress (it holds the row lock), and the reads after it see that commit.
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
@@ -476,7 +514,7 @@ class PostgresFlowStore:
 
     async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
         mark = uuid.uuid4().hex
-        pool = self._pool
+        pool = self._connections
 
         async def attempt(tries: int) -> None:
             assert pool is not None
@@ -488,9 +526,7 @@ class PostgresFlowStore:
         await self._retry("commit", attempt)
 
     @staticmethod
-    async def _commit(
-        pool: AsyncConnectionPool[Connection], commit: Commit, replace_run: bool, mark: str
-    ) -> None:
+    async def _commit(pool: Connections, commit: Commit, replace_run: bool, mark: str) -> None:
         from psycopg.errors import RaiseException
 
         try:
@@ -569,7 +605,7 @@ class PostgresFlowStore:
 
     @staticmethod
     async def _passivate(
-        pool: AsyncConnectionPool[Connection], flow_id: str, epoch: int, wake_at: float | None
+        pool: Connections, flow_id: str, epoch: int, wake_at: float | None
     ) -> None:
         from psycopg.errors import RaiseException
 
@@ -620,7 +656,7 @@ class PostgresFlowStore:
         applied, the offsets are read back from the Stream heads."""
         batch = tuple(appends)
         mark = uuid.uuid4().hex
-        pool = self._pool
+        pool = self._connections
 
         async def attempt(tries: int) -> list[int]:
             assert pool is not None
@@ -632,7 +668,7 @@ class PostgresFlowStore:
 
     @staticmethod
     async def _append_streams(
-        pool: AsyncConnectionPool[Connection],
+        pool: Connections,
         flow_id: str,
         appends: tuple[StreamAppend, ...],
         mark: str,
@@ -682,13 +718,13 @@ class PostgresFlowStore:
 _COMPLETIONS = "SELECT step_type, exec_id, output FROM completions WHERE flow_id = %s ORDER BY seq"
 
 
-async def _mark_of(pool: AsyncConnectionPool[Connection], flow_id: str, kind: str) -> str | None:
+async def _mark_of(pool: Connections, flow_id: str, kind: str) -> str | None:
     row = await _fetch_one(pool, _GET_MARK, (flow_id, kind))
     return None if row is None else str(row[0])
 
 
 async def _appended_offsets(
-    pool: AsyncConnectionPool[Connection], flow_id: str, appends: tuple[StreamAppend, ...]
+    pool: Connections, flow_id: str, appends: tuple[StreamAppend, ...]
 ) -> list[int]:
     """The offsets an applied append gave its messages (the newest of each Stream)."""
     wanted: dict[str, int] = {}
@@ -707,7 +743,7 @@ async def _appended_offsets(
 
 
 async def _fetch_one(
-    pool: AsyncConnectionPool[Connection], query: str, params: tuple[Any, ...]
+    pool: Connections, query: str, params: tuple[Any, ...]
 ) -> tuple[Any, ...] | None:
     async with pool.connection() as conn:
         cur = await conn.execute(query, params)
@@ -715,7 +751,7 @@ async def _fetch_one(
 
 
 async def _fetch_all(
-    pool: AsyncConnectionPool[Connection], query: str, params: tuple[Any, ...]
+    pool: Connections, query: str, params: tuple[Any, ...]
 ) -> list[tuple[Any, ...]]:
     async with pool.connection() as conn:
         cur = await conn.execute(query, params)

@@ -2,9 +2,10 @@
 
 24 sessions (``--sessions``) run 40 turns each (``--turns``) on a throwaway local
 PostgreSQL 15 server (``scripts/services`` installs it) while the server is
-crash-restarted (``pg_ctl restart -m immediate``) every 2-4 s (``--every``). Turns alternate between a turn that calls a read and an
-idempotent write, and a turn that calls a single-attempt write the client
-approves. The client polls each session's snapshot every 200 ms until each step it waits for.
+crash-restarted (``pg_ctl restart -m immediate``) every 2-4 s (``--every``).
+Turns alternate between a turn that calls a read and an idempotent write, and a
+turn that calls a single-attempt write the client approves. The client polls
+each session's snapshot every 200 ms while it waits for the session.
 
 Printed: restarts, client calls made and client calls that raised (the goal is
 0), and the invariants checked at the end: every session finished every turn,

@@ -3,8 +3,8 @@
 For each store (SQLite; PostgreSQL when ``scripts/services`` installed it) and
 each size (1,000 and 100,000 registered sessions, ``--sizes``), a fresh store is
 filled with that many session runs, written through the store as the engine
-writes them: every one passivated (no process holds it), 1% waiting for an
-approval, 10% with a durable timer. Five real agent sessions among them are
+writes them: every one passivated (no process holds it), 100 of them waiting
+for an approval, 10% with a durable timer. Five real agent sessions among them are
 passivated too. Then, medians of ``--repeat`` tries:
 
 - ``activation``: the first call to a passivated real session (its snapshot);
@@ -43,6 +43,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 REAL_SESSIONS = 5
+APPROVALS = 100
+"""Runs that wait for an approval, whatever the size (so every search reads a full page)."""
 FILL_BATCH = 500
 
 
@@ -62,7 +64,7 @@ async def _fill(store: Any, count: int, flow_type: str, flow_hash: str, now: flo
     async def one(i: int) -> None:
         flow_id = f"stored-{i:07d}"
         epoch, _ = await store.activate(flow_id)
-        waiting = "AwaitToolApproval" if i % 100 == 0 else "AwaitUserMessage"
+        waiting = "AwaitToolApproval" if i % (count // APPROVALS) == 0 else "AwaitUserMessage"
         record = RunRecord(
             flow_id=flow_id,
             run_id=uuid.uuid4().hex,

@@ -10,11 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from dex_agents_ray.engine import PostgresStoreConfig, SqliteStoreConfig, StoreUnavailableError
+from dex_agents_ray.engine import (
+    FlowStore,
+    PostgresStoreConfig,
+    SqliteStoreConfig,
+    StoreUnavailableError,
+)
 from dex_agents_ray.engine._records import Commit, StreamAppend
 from tests.stores.postgres_server import PostgresServer
 from tests.stores.records import entry, opened, run
 from tests.stores.tcp_proxy import fault_proxy
+
+
+async def _started(store: FlowStore) -> int:
+    """Run ``a`` activated and written once; returns its epoch."""
+    epoch, _ = await store.activate("a")
+    await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+    return epoch
 
 
 def _through(proxy_port: int, server: PostgresServer, dsn: str) -> str:
@@ -27,8 +39,7 @@ async def test_a_commit_whose_answer_was_lost_is_applied_once(
     with fault_proxy(postgres_server.port) as proxy:
         config = PostgresStoreConfig(dsn=_through(proxy.port, postgres_server, postgres_dsn))
         async with opened(config) as store:
-            epoch, _ = await store.activate("a")
-            await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+            epoch = await _started(store)
             proxy.cut_after_commit()
 
             await store.commit(
@@ -55,8 +66,7 @@ async def test_a_server_away_past_the_deadline_raises_the_store_error_and_applie
             retry_deadline=timedelta(seconds=1),
         )
         async with opened(config) as store:
-            epoch, _ = await store.activate("a")
-            await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+            epoch = await _started(store)
             proxy.down()
 
             with pytest.raises(StoreUnavailableError) as failed:
@@ -80,8 +90,7 @@ async def test_a_server_back_within_the_deadline_costs_only_a_wait(
     with fault_proxy(postgres_server.port) as proxy:
         config = PostgresStoreConfig(dsn=_through(proxy.port, postgres_server, postgres_dsn))
         async with opened(config) as store:
-            epoch, _ = await store.activate("a")
-            await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+            epoch = await _started(store)
             proxy.down()
             pending = asyncio.ensure_future(
                 store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "late")]))
@@ -103,8 +112,7 @@ async def test_a_locked_sqlite_file_is_waited_for_then_written(tmp_path: Path) -
     path = tmp_path / "locked.db"
     config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(minutes=2))
     async with opened(config) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch = await _started(store)
         other = _hold_write_lock(path)
         pending = asyncio.ensure_future(
             store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "waited")]))
@@ -123,8 +131,7 @@ async def test_a_sqlite_file_locked_past_the_deadline_raises_and_applies_nothing
     path = tmp_path / "locked.db"
     config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(milliseconds=300))
     async with opened(config) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch = await _started(store)
         other = _hold_write_lock(path)
         try:
             with pytest.raises(StoreUnavailableError) as failed:
@@ -143,8 +150,7 @@ async def test_a_full_sqlite_disk_raises_the_store_error_and_applies_nothing(
     path = tmp_path / "full.db"
     config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(milliseconds=300))
     async with opened(config) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch = await _started(store)
         # SQLite's own size cap gives the real SQLITE_FULL a full disk gives.
         pages = await store._run(  # type: ignore[attr-defined]
             lambda: store._db().execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]

@@ -278,7 +278,10 @@ class StepExecutor:
             import ray
 
             # A handle found by name reaches the host's next incarnation too.
-            handle = await asyncio.to_thread(ray.get_actor, host_name, self._namespace)
+            # ``host_name`` is "<actor name>#<actor ID>": a host re-created under the
+            # same name (a dedicated host after passivation) gets a link of its own.
+            name = host_name.split("#", 1)[0]
+            handle = await asyncio.to_thread(ray.get_actor, name, self._namespace)
             link = self._links.get(host_name)
             if link is None:
                 if len(self._links) >= _MAX_IDLE_LINKS:

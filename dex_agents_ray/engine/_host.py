@@ -74,6 +74,9 @@ class FlowHost:
         self._stream_writers: set[asyncio.Task[None]] = set()
         self._refused: dict[str, int] = {}
         self._pool = ExecutorPool(config.namespace, config.executor_pool)
+        import ray
+
+        self._actor_id = ray.get_runtime_context().get_actor_id()
         self._reloading: dict[str, asyncio.Task[None]] = {}
         self._resume: asyncio.Task[Any] | None = None
         loop = asyncio.get_running_loop()
@@ -185,7 +188,8 @@ class FlowHost:
             on_stream=self._on_stream,
             on_stale=lambda: self._count_refusal(flow_id),
             pool=self._pool,
-            host_name=self._config.placement.host_name(flow_id),
+            # The actor ID tells an executor a re-created host (same name) from the old one.
+            host_name=f"{self._config.placement.host_name(flow_id)}#{self._actor_id}",
             on_store_down=lambda: self._reload_later(flow_id),
         )
         if loaded is not None:

@@ -2,9 +2,9 @@
 
 Each host process keeps, per resource shape, the executors it has used and how
 many of its calls each one runs. A call goes to the first executor with a
-free slot by that count; when every executor it knows is at its slot count, or
-one reported a call that had to wait for a slot, the host starts the next one (up to
-``ExecutorPoolOptions.max_executors``). Executors are named, so every host of
+free slot by that count; when every executor it knows is at its slot count,
+or one reported a call that had to wait for a slot, the host starts the next
+one (up to ``ExecutorPoolOptions.max_executors``). Executors are named, so every host of
 a namespace finds the same ones, and Ray restarts one that dies.
 """
 
@@ -50,7 +50,6 @@ class _Pending:
     key: AttemptKey
     args: tuple[Any, ...]
     reply: asyncio.Future[tuple[bool, Any, list[FrameRecord]]]
-    on_frames: Callable[[list[FrameRecord]], None]
 
 
 @dataclass
@@ -98,7 +97,7 @@ class ExecutorPool:
         handle = shape.handles[index]
         shape.in_flight[index] += 1
         loop = asyncio.get_running_loop()
-        pending = _Pending(attempt_key, args, loop.create_future(), on_frames)
+        pending = _Pending(attempt_key, args, loop.create_future())
         batch = shape.outgoing.get(index)
         if batch is None:
             batch = shape.outgoing[index] = []

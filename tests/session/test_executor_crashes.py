@@ -3,6 +3,7 @@ effect keeps its semantics, exactly as when a task worker or the host dies."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from dex_agents_ray import (
     ToolPolicy,
 )
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_process
+from tests.engine.polling import named_actors, until
 from tests.session.agents import Call, Reply, build_flow
 from tests.session.polling import snapshot_when, turn_done
 
@@ -83,3 +85,31 @@ async def test_executor_killed_during_a_single_attempt_write_is_outcome_unknown(
     assert answer.startswith("work=The tool call's outcome is unknown")
     assert TOOL_CALL_NOT_RUN_ERROR_PREFIX not in answer
     assert len(_entries(state_dir)) == 1
+
+
+async def test_a_dedicated_host_recreated_after_passivation_gets_its_tool_results(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    script = {
+        "one": [Reply(calls=[Call("c1", "work")]), Reply()],
+        "two": [Reply(calls=[Call("c2", "work")]), Reply()],
+    }
+    options = AgentSessionOptions(
+        tool_policies={"work": ToolPolicy(ToolEffect.READ, requires_approval=False)}
+    )
+    flow = build_flow(state_dir, script, options=options)
+    engine = await engine_factory(
+        [flow], placement="dedicated", passivate_after=timedelta(seconds=1)
+    )
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("dedicated-1", "one")
+    await snapshot_when(sessions, "dedicated-1", turn_done(1), timeout=120)
+
+    async def host_gone() -> bool:
+        return not [n for n in named_actors(namespace) if n.startswith("dexrun:")]
+
+    await until(host_gone, "the dedicated host's exit", timeout=120)
+    assert await sessions.send_user_message("dedicated-1", "two")
+    done = await snapshot_when(sessions, "dedicated-1", turn_done(2), timeout=120)
+
+    assert done.messages[-1].text == "work=echo {}"

@@ -31,6 +31,10 @@ from pathlib import Path
 from typing import Any
 
 _REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_REPO))
+
+from benchmarks.peers.dex_engine import run_session  # noqa: E402
+
 CONFIGS = ("ray", "ray-nopoll", "inline")
 STEPS_PER_TURN = 5
 
@@ -38,22 +42,6 @@ STEPS_PER_TURN = 5
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-async def _drive(sessions: Any, session_id: str, turns: int, turn_ms: list[float]) -> None:
-    token = ""
-    for turn in range(1, turns + 1):
-        start = time.perf_counter()
-        if turn == 1:
-            await sessions.start_session(session_id, "turn 1")
-        else:
-            await sessions.send_user_message(session_id, f"turn {turn}")
-        while True:
-            message = await sessions.read_event(session_id, token, timeout=300)
-            token = message.resume_token
-            if message.value.type.value in ("turn_completed", "turn_failed"):
-                break
-        turn_ms.append((time.perf_counter() - start) * 1e3)
 
 
 async def _poll(
@@ -86,7 +74,7 @@ async def _session(
     if interval is not None:
         poller = asyncio.create_task(_poll(sessions, session_id, interval, done, snapshot_ms))
     try:
-        await _drive(sessions, session_id, turns, turn_ms)
+        await run_session(sessions, session_id, turns, turn_ms)
     finally:
         done.set()
         if poller is not None:
@@ -94,7 +82,6 @@ async def _session(
 
 
 async def _one(config: str, count: int, turns: int, interval_ms: float) -> dict[str, Any]:
-    sys.path.insert(0, str(_REPO))
     from benchmarks.peers import dex_engine
 
     variant = "session-shared" if config == "inline" else "session-shared-ray"

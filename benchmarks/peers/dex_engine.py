@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -199,18 +200,28 @@ def session_flow(tools: str) -> Any:
     return builtin_agent_session_flow(agent, flow_type=f"Bench{tools.title()}")
 
 
-async def run_session(sessions: AgentSessionClient, session_id: str) -> None:
-    """One session of ``TURNS`` turns, reading the AgentEvents stream (a long poll)."""
+async def run_session(
+    sessions: AgentSessionClient,
+    session_id: str,
+    turns: int = TURNS,
+    turn_ms: list[float] | None = None,
+) -> None:
+    """One session of ``turns`` turns, reading the AgentEvents stream (a long poll);
+    each turn's latency in milliseconds goes to ``turn_ms`` when given."""
     token = ""
-    await sessions.start_session(session_id, "turn 1")
-    for turn in range(1, TURNS + 1):
-        if turn > 1:
+    for turn in range(1, turns + 1):
+        start = time.perf_counter()
+        if turn == 1:
+            await sessions.start_session(session_id, "turn 1")
+        else:
             await sessions.send_user_message(session_id, f"turn {turn}")
         while True:
             message = await sessions.read_event(session_id, token, timeout=300)
             token = message.resume_token
             if message.value.type.value in ("turn_completed", "turn_failed"):
                 break
+        if turn_ms is not None:
+            turn_ms.append((time.perf_counter() - start) * 1e3)
 
 
 # -- the system ----------------------------------------------------------------------------

@@ -19,16 +19,15 @@ caller loop never delays a commit already sent.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import threading
 import time
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+# The per-run table list and the run-row decoding are shared with the SQLite
+# store, so both agree on what a replaced run drops and how a run row reads.
+from dex_agents_ray.engine._postgres_conn import Connections, IdleProbe, LoopThread
 from dex_agents_ray.engine._records import (
     SCHEMA_VERSION,
     ChannelMessageRecord,
@@ -43,9 +42,6 @@ from dex_agents_ray.engine._records import (
     StreamAppend,
     StreamRecord,
 )
-
-# The per-run table list and the run-row decoding are shared with the SQLite
-# store, so both agree on what a replaced run drops and how a run row reads.
 from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row, _runs_query
 from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
 from dex_agents_ray.engine._store_retry import retrying
@@ -224,85 +220,6 @@ def _import_driver() -> None:
         ) from error
 
 
-class _LoopThread:
-    """An event loop of the store's own, running in a daemon thread."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-
-class _IdleProbe:
-    """Probes a pooled connection at checkout only when it sat idle.
-
-    A connection the server dropped while idle (a restart, a failover) is
-    replaced instead of failing the next commit; a busy connection costs no
-    extra round trip.
-    """
-
-    IDLE_SECONDS = 1.0
-
-    def __init__(self) -> None:
-        self._returned_at: weakref.WeakKeyDictionary[Connection, float] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    async def returned(self, conn: Connection) -> None:
-        self._returned_at[conn] = time.monotonic()
-
-    async def check(self, conn: Connection) -> None:
-        returned_at = self._returned_at.get(conn)
-        if returned_at is None or time.monotonic() - returned_at > self.IDLE_SECONDS:
-            from psycopg_pool import AsyncConnectionPool
-
-            await AsyncConnectionPool.check_connection(conn)
-
-
-class Connections:
-    """Where a store's operations get connections: the pool, or, while the pool
-    is backing off from failed reconnections (a server that restarted again and
-    again), a connection of their own for that one try."""
-
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Connection],
-        dsn: str,
-        configure: Callable[[Connection], Coroutine[Any, Any, None]],
-    ) -> None:
-        self.pool = pool
-        self._dsn = dsn
-        self._configure = configure
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Connection]:
-        from psycopg import AsyncConnection
-        from psycopg_pool import PoolTimeout
-
-        try:
-            conn = await self.pool.getconn()
-        except PoolTimeout:
-            own = await AsyncConnection.connect(self._dsn, autocommit=True)
-            try:
-                await self._configure(own)
-                yield own
-            finally:
-                await own.close()
-            return
-        try:
-            yield conn
-        finally:
-            await self.pool.putconn(conn)
-
-
 class PostgresFlowStore:
     """``FlowStore`` on a PostgreSQL database; see the module docstring.
 
@@ -313,10 +230,10 @@ class PostgresFlowStore:
     def __init__(self, config: PostgresStoreConfig) -> None:
         _import_driver()
         self._config = config
-        self._runner: _LoopThread | None = None
+        self._runner: LoopThread | None = None
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._connections: Connections | None = None
-        self._probe = _IdleProbe()
+        self._probe = IdleProbe()
 
     def __repr__(self) -> str:
         return f"PostgresFlowStore({self._config.location!r})"
@@ -324,7 +241,7 @@ class PostgresFlowStore:
     async def open(self) -> None:
         if self._runner is not None:
             return
-        runner = _LoopThread("dex-postgres")
+        runner = LoopThread("dex-postgres")
         try:
             await runner.run(self._open())
         except BaseException:
@@ -375,20 +292,9 @@ class PostgresFlowStore:
                     (str(SCHEMA_VERSION),),
                 )
             version = await self._schema_version(conn)
-        cur = await conn.execute("SELECT to_regclass('write_marks') IS NOT NULL")
-        row = await cur.fetchone()
-        if row is not None and not row[0]:  # a store made before write marks existed
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
-                await conn.execute("SET LOCAL client_min_messages = warning")
-                await conn.execute(_MARKS_SCHEMA)
-        cur = await conn.execute("SELECT to_regclass('active_steps') IS NOT NULL")
-        row = await cur.fetchone()
-        if row is not None and not row[0]:  # a store made before the search index
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
-                await conn.execute("SET LOCAL client_min_messages = warning")
-                await conn.execute(_SEARCH_SCHEMA)
+        # Tables added since schema version 1, for stores made before them.
+        await _add_table(conn, "write_marks", _MARKS_SCHEMA)
+        await _add_table(conn, "active_steps", _SEARCH_SCHEMA)
         if version is not None and version > SCHEMA_VERSION:
             raise RuntimeError(
                 f"store {self._config.location} has schema version {version}; this release "
@@ -716,6 +622,17 @@ class PostgresFlowStore:
 
 
 _COMPLETIONS = "SELECT step_type, exec_id, output FROM completions WHERE flow_id = %s ORDER BY seq"
+
+
+async def _add_table(conn: Connection, table: str, ddl: str) -> None:
+    """Run ``ddl`` (which creates ``table``) unless ``table`` exists, under the schema lock."""
+    cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+            await conn.execute("SET LOCAL client_min_messages = warning")
+            await conn.execute(ddl)
 
 
 async def _mark_of(pool: Connections, flow_id: str, kind: str) -> str | None:

@@ -34,6 +34,7 @@ from dex_agents_ray.engine._remote import (
 from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import StaleEpochError
+from dex_agents_ray.engine._streams import StreamBuffer
 
 
 @dataclass
@@ -75,7 +76,7 @@ class AttemptRunner:
     _pool: ExecutorPool | None
     _host_handle: Any
     _host_name: str
-    _on_stream: Callable[[str, str, str, pb.StepStreamWrite], None]
+    streams: StreamBuffer
 
     def tx(self) -> Tx:
         raise NotImplementedError
@@ -260,7 +261,7 @@ class AttemptRunner:
             return
         live.last_beat = asyncio.get_running_loop().time()
         if isinstance(frame, pb.StepStreamWrite):
-            self._on_stream(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
+            self.streams.write(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
             return
         checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
         self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))

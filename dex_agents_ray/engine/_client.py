@@ -136,6 +136,8 @@ class EngineClient:
         self._engine = engine
         self._values = engine.values
         self._read_ahead: OrderedDict[tuple[str, str, int], list[StreamRecord]] = OrderedDict()
+        self._known_runs: OrderedDict[str, None] = OrderedDict()
+        """Flow IDs with a run (never deleted): a long poll on them skips the check."""
         """Stream messages read past the one returned, keyed by the run, the
         Stream and the offset they follow (a reader's next resume token)."""
 
@@ -431,12 +433,12 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         checked = False
+        records = self._read_ahead.pop((flow_id, stream.name, after), None)
+        if records is None:
+            records = await self._engine.store.read_stream(
+                _require_id(flow_id), stream.name, after, READ_AHEAD
+            )
         while True:
-            records = self._read_ahead.pop((flow_id, stream.name, after), None)
-            if records is None:
-                records = await self._engine.store.read_stream(
-                    _require_id(flow_id), stream.name, after, READ_AHEAD
-                )
             if records:  # only a run that exists has messages
                 first, rest = records[0], records[1:]
                 # Messages are immutable and offsets never reused (they go on
@@ -451,9 +453,12 @@ class EngineClient:
                 else:
                     self._read_ahead.pop(key, None)
                 return self._stream_message(stream, first)
-            if not checked:
+            if not checked and flow_id not in self._known_runs:
                 await self._run(flow_id, "ReadStream")
-                checked = True
+                self._known_runs[flow_id] = None
+                while len(self._known_runs) > READ_AHEAD_KEYS:
+                    self._known_runs.popitem(last=False)
+            checked = True
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise service_error(
@@ -463,7 +468,8 @@ class EngineClient:
                     flow_id,
                 )
             wait = 5.0 if remaining is None else min(remaining, 5.0)
-            await self._call(flow_id, "wait_stream", stream.name, after, wait)
+            # The long poll answers with the records themselves.
+            records = await self._call(flow_id, "wait_stream", stream.name, after, READ_AHEAD, wait)
 
     async def list_stream_messages(
         self, flow_id: str, stream: Stream[Any], page_size: int, before_page_token: str = ""

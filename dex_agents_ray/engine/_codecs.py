@@ -186,6 +186,13 @@ def _dataclass_decoder(cls: type[Any]) -> Decoder:
 def _encode(value: Any) -> Any:
     """JSON-ready data for ``value``, equal to ``dex.codec._encode_json_value``'s
     (which converts with ``dataclasses.asdict`` and then walks the copy)."""
+    kind = type(value)
+    if kind in _SCALARS:  # most values: checked before the costlier tests below
+        return value
+    if kind is list or kind is tuple:
+        return [_encode(item) for item in value]
+    if kind is dict:
+        return {key: _encode(item) for key, item in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _encode(getattr(value, f.name)) for f in _fields(type(value))}
     if isinstance(value, datetime):
@@ -197,6 +204,9 @@ def _encode(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_encode(item) for item in value]
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @functools.lru_cache(maxsize=4096)

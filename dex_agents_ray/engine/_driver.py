@@ -43,6 +43,7 @@ from dex_agents_ray.engine._records import (
 from dex_agents_ray.engine._retry import next_retry_delay
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
+from dex_agents_ray.engine._streams import StreamBuffer
 from dex_agents_ray.engine._waits import next_timer_at, timer_fire_times
 
 logger = logging.getLogger("dex_agents_ray.engine")
@@ -62,7 +63,7 @@ class RunDriver(AttemptRunner):
         epoch: int,
         definition: FlowDefinition | None,
         host_handle: Any,
-        on_stream: Callable[[str, str, str, pb.StepStreamWrite], None],
+        streams: StreamBuffer,
         on_stale: Callable[[], None] = lambda: None,
         pool: ExecutorPool | None = None,
         host_name: str = "",
@@ -80,7 +81,7 @@ class RunDriver(AttemptRunner):
         self._host_name = host_name
         self._pool = pool
         self._on_store_down = on_store_down
-        self._on_stream = on_stream
+        self.streams = streams
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, Live] = {}
@@ -212,8 +213,10 @@ class RunDriver(AttemptRunner):
             tx.satisfy_waits(tx.now)
         premarked = self._premark(tx) if isinstance(tx, Tx) else []
         built = tx.build() if isinstance(tx, Tx) else tx
+        # Stream writes queued meanwhile ride in this commit's transaction.
+        built.stream_appends = self.streams.take(self.flow_id) + built.stream_appends
         try:
-            await self.store.commit(built, replace_run=replace_run)
+            offsets = await self.store.commit(built, replace_run=replace_run)
         except StaleEpochError:
             self.stale = True
             self._on_stale()
@@ -224,6 +227,8 @@ class RunDriver(AttemptRunner):
             self._on_store_down()
             raise
         self.state.apply(built, replace_run=replace_run)
+        if built.stream_appends:
+            self.streams.written(self.flow_id, built.stream_appends, offsets)
         self._premarked.update(premarked)
         if isinstance(tx, Tx):
             self._after(tx)

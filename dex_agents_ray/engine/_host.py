@@ -17,8 +17,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from dex.dexpb import dex_pb2 as pb
-
 from dex_agents_ray.engine._attempts import FlowDefinition
 from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import (
@@ -31,9 +29,9 @@ from dex_agents_ray.engine._hosts import HostConfig
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
 from dex_agents_ray.engine._placement import PlacementMode
 from dex_agents_ray.engine._pool import ExecutorPool
-from dex_agents_ray.engine._records import StreamAppend
 from dex_agents_ray.engine._remote import decode_frame, load_definition
 from dex_agents_ray.engine._store import FlowStore, open_store
+from dex_agents_ray.engine._streams import StreamBuffer
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -69,9 +67,7 @@ class FlowHost:
         self._drivers: dict[str, RunDriver] = {}
         self._activations: dict[str, asyncio.Task[RunDriver]] = {}
         self._definitions: dict[tuple[str, str], FlowDefinition] = {}
-        self._stream_waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
-        self._stream_queues: dict[str, asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]] = {}
-        self._stream_writers: set[asyncio.Task[None]] = set()
+        self._streams = StreamBuffer(self._store)
         self._refused: dict[str, int] = {}
         self._pool = ExecutorPool(config.namespace, config.executor_pool)
         import ray
@@ -128,6 +124,7 @@ class FlowHost:
                 self._exiting = False
                 raise
             del self._drivers[flow_id]
+            self._streams.forget(flow_id)
             self._passivated += 1
         await driver.stop()
         if wake_at is not None:
@@ -173,6 +170,7 @@ class FlowHost:
         previous = self._drivers.pop(flow_id, None)
         if previous is not None:
             await previous.stop()
+        self._streams.forget(flow_id)
         epoch, loaded = await self._store.activate(flow_id)
         definition = None
         if loaded is not None:
@@ -185,7 +183,7 @@ class FlowHost:
             epoch=epoch,
             definition=definition,
             host_handle=ray.get_runtime_context().current_actor,
-            on_stream=self._on_stream,
+            streams=self._streams,
             on_stale=lambda: self._count_refusal(flow_id),
             pool=self._pool,
             # The actor ID tells an executor a re-created host (same name) from the old one.
@@ -307,66 +305,12 @@ class FlowHost:
 
     # -- streams -----------------------------------------------------------------------
 
-    def _on_stream(self, flow_id: str, stream: str, source: str, write: pb.StepStreamWrite) -> None:
-        queue = self._stream_queues.get(flow_id)
-        if queue is None:
-            queue = asyncio.Queue()
-            self._stream_queues[flow_id] = queue
-            task = asyncio.get_running_loop().create_task(self._write_streams(flow_id, queue))
-            self._stream_writers.add(task)
-        queue.put_nowait((stream, source, write))
-
-    async def _write_streams(
-        self, flow_id: str, queue: asyncio.Queue[tuple[str, str, pb.StepStreamWrite]]
-    ) -> None:
-        while True:
-            # Everything queued meanwhile goes in one append (one transaction), in order.
-            batch = [await queue.get()]
-            while not queue.empty():
-                batch.append(queue.get_nowait())
-            appends = [
-                StreamAppend(
-                    stream=stream,
-                    source=source,
-                    value=write.value.SerializeToString(),
-                    capacity_bytes=write.stream_capacity_bytes,
-                )
-                for stream, source, write in batch
-            ]
-            try:
-                await self._store.append_streams(flow_id, appends)
-            except Exception:
-                logger.exception(
-                    "run %s: %d Stream write(s) lost (streams are best effort)",
-                    flow_id,
-                    len(appends),
-                )
-            for stream in dict.fromkeys(item.stream for item in appends):
-                waiter = self._stream_waiters.pop((flow_id, stream), None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
-
     async def wait_stream(
-        self, flow_id: str, stream: str, after_offset: int, timeout: float | None
+        self, flow_id: str, stream: str, after_offset: int, limit: int, timeout: float | None
     ) -> Envelope:
-        """Wait until the Stream has a message past ``after_offset`` (long poll)."""
-
-        async def wait() -> bool:
-            key = (flow_id, stream)
-            waiter = self._stream_waiters.get(key)
-            if waiter is None or waiter.done():
-                waiter = asyncio.get_running_loop().create_future()
-                self._stream_waiters[key] = waiter
-            # Registered before looking, so a write in between still wakes us.
-            if await self._store.read_stream(flow_id, stream, after_offset, 1):
-                return True
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), timeout)
-            except TimeoutError:
-                return False
-            return True
-
-        return await envelope(wait())
+        """Up to ``limit`` Stream records past ``after_offset``, waiting up to
+        ``timeout`` for the first (long poll); ``[]`` when none came."""
+        return await envelope(self._streams.wait(flow_id, stream, after_offset, limit, timeout))
 
     # -- remote Step tasks -------------------------------------------------------------
 
@@ -468,6 +412,5 @@ class FlowHost:
             self._watcher.cancel()
         for driver in list(self._drivers.values()):
             await driver.stop()
-        for task in self._stream_writers:
-            task.cancel()
+        self._streams.close()
         await self._store.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import inspect
 import math
 import threading
@@ -22,7 +23,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
-from dex import Flow, Registry, RPCResult, Step, StepDecision, StepOptions, Wait
+from dex import (
+    AttributeMap,
+    ChannelMap,
+    Flow,
+    Registry,
+    RPCResult,
+    Step,
+    StepDecision,
+    StepOptions,
+    Wait,
+)
 from dex._invocation_context import InvocationContext, InvocationMethod
 from dex._server_protocol import (
     HARD_DELETE_ATTRIBUTE_PROTOCOL_VERSION,
@@ -188,6 +199,14 @@ class _EngineContext(InvocationContext):
         super().__init__(*args, **kwargs)
         self._attempt_progress = attempt_progress
 
+    @staticmethod
+    def _physical_name(definition: Any, instance: str | None) -> str:
+        # The SDK validates and URL-quotes the instance on every access (a session
+        # Step makes hundreds): the same rules, each name computed once.
+        if instance is None or not isinstance(definition, AttributeMap | ChannelMap):
+            return InvocationContext._physical_name(definition, instance)
+        return _map_physical_name(definition.name, instance)
+
     @property
     def recovery_error(self) -> EngineRecoveryErrorInfo | None:
         if not self._metadata.HasField("recovery_error"):
@@ -197,6 +216,11 @@ class _EngineContext(InvocationContext):
             error_type=self._metadata.recovery_error.error_type,
             attempt_progress=self._attempt_progress,
         )
+
+
+@functools.lru_cache(maxsize=65536)
+def _map_physical_name(name: str, instance: str) -> str:
+    return Registry.physical_name(name, instance)
 
 
 class _Emitter:

@@ -418,21 +418,22 @@ class PostgresFlowStore:
                 )
         return epoch, loaded
 
-    async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
+    async def commit(self, commit: Commit, *, replace_run: bool = False) -> list[int]:
         mark = uuid.uuid4().hex
         pool = self._connections
 
-        async def attempt(tries: int) -> None:
+        async def attempt(tries: int) -> list[int]:
             assert pool is not None
-            # A retry may follow a connection lost after COMMIT was sent: ask first.
+            # A retry may follow a connection lost after COMMIT was sent: ask first
+            # (the offsets of its Stream appends are then not known: ``[]``).
             if tries > 1 and await _mark_of(pool, commit.flow_id, "commit") == mark:
-                return
-            await self._commit(pool, commit, replace_run, mark)
+                return []
+            return await self._commit(pool, commit, replace_run, mark)
 
-        await self._retry("commit", attempt)
+        return await self._retry("commit", attempt)
 
     @staticmethod
-    async def _commit(pool: Connections, commit: Commit, replace_run: bool, mark: str) -> None:
+    async def _commit(pool: Connections, commit: Commit, replace_run: bool, mark: str) -> list[int]:
         from psycopg.errors import RaiseException
 
         try:
@@ -443,8 +444,9 @@ class PostgresFlowStore:
                         await conn.execute(
                             f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,)
                         )
-                await _apply(conn, commit)
+                cursors = await _apply(conn, commit)
                 await conn.execute(_SET_MARK, (commit.flow_id, "commit", mark))
+                return [_returned(await cursor.fetchone()) for cursor in cursors]
         except RaiseException as error:
             if error.diag.message_primary != _STALE_MESSAGE:
                 raise
@@ -582,17 +584,7 @@ class PostgresFlowStore:
         cursors = []
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
             for item in appends:
-                params = {
-                    "f": flow_id,
-                    "s": item.stream,
-                    "t": time.time(),
-                    "src": item.source,
-                    "v": item.value,
-                }
-                cursors.append(await conn.execute(_APPEND_STREAM, params))
-                if item.capacity_bytes > 0:
-                    trim = {"f": flow_id, "s": item.stream, "cap": item.capacity_bytes}
-                    await conn.execute(_TRIM_STREAM, trim)
+                cursors.append(await _append_stream(conn, flow_id, item))
             await conn.execute(_SET_MARK, (flow_id, "streams", mark))
             rows = [await cur.fetchone() for cur in cursors]
         return [_returned(row) for row in rows]
@@ -675,8 +667,19 @@ async def _fetch_all(
         return await cur.fetchall()
 
 
-async def _apply(conn: Connection, c: Commit) -> None:
-    """Queue every write of ``c`` (the caller's transaction commits them)."""
+async def _append_stream(conn: Connection, flow_id: str, item: StreamAppend) -> Any:
+    """Queue one Stream append (and its trim); the cursor returns the offset."""
+    params = {"f": flow_id, "s": item.stream, "t": time.time(), "src": item.source, "v": item.value}
+    cursor = await conn.execute(_APPEND_STREAM, params)
+    if item.capacity_bytes > 0:
+        trim = {"f": flow_id, "s": item.stream, "cap": item.capacity_bytes}
+        await conn.execute(_TRIM_STREAM, trim)
+    return cursor
+
+
+async def _apply(conn: Connection, c: Commit) -> list[Any]:
+    """Queue every write of ``c`` (the caller's transaction commits them); the
+    cursors that return the offsets of its Stream appends."""
     fid = c.flow_id
     if c.run is not None:
         await conn.execute(_UPSERT_RUN, c.run.row())
@@ -734,6 +737,7 @@ async def _apply(conn: Connection, c: Commit) -> None:
             "ON CONFLICT (flow_id, request_id) DO UPDATE SET response = EXCLUDED.response",
             (fid, c.rpc_request[0], c.rpc_request[1]),
         )
+    return [await _append_stream(conn, fid, item) for item in c.stream_appends]
 
 
 def _completions_from(rows: list[tuple[Any, ...]]) -> list[CompletionRecord]:

@@ -293,6 +293,8 @@ class Commit:
     history: list[HistoryRecord] = field(default_factory=list)
     rpc_request: tuple[str, bytes] | None = None
     """``(request_id, response)`` remembered for retried client calls."""
+    stream_appends: list[StreamAppend] = field(default_factory=list)
+    """Stream writes that ride in this commit's transaction (appended in order)."""
 
 
 @dataclass(kw_only=True)

@@ -300,13 +300,13 @@ class SqliteFlowStore:
             completions=self._completions_sync(flow_id),
         )
 
-    async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
+    async def commit(self, commit: Commit, *, replace_run: bool = False) -> list[int]:
         """Apply ``commit``, sharing one transaction and one fsync with the
         commits queued at the same time (group commit); returns once the
         transaction that covers it is durable."""
         # A group transaction that failed applied none of its commits (SQLite rolls
         # back a failed COMMIT in this process), so a retry cannot apply twice.
-        await self._retry(
+        return await self._retry(
             "commit", lambda: self._grouped(lambda db: self._commit_body(db, commit, replace_run))
         )
 
@@ -360,7 +360,7 @@ class SqliteFlowStore:
         for item, (result, outcome) in zip(batch, outcomes, strict=True):
             item.loop.call_soon_threadsafe(_settle, item.done, result, outcome)
 
-    def _commit_body(self, db: sqlite3.Connection, commit: Commit, replace_run: bool) -> None:
+    def _commit_body(self, db: sqlite3.Connection, commit: Commit, replace_run: bool) -> list[int]:
         row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (commit.flow_id,)).fetchone()
         current = None if row is None else int(row[0])
         if current != commit.epoch:
@@ -368,10 +368,10 @@ class SqliteFlowStore:
         if replace_run:
             for table in _PER_RUN_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE flow_id=?", (commit.flow_id,))
-        self._apply(db, commit)
+        return self._apply(db, commit)
 
-    @staticmethod
-    def _apply(db: sqlite3.Connection, c: Commit) -> None:
+    @classmethod
+    def _apply(cls, db: sqlite3.Connection, c: Commit) -> list[int]:
         fid = c.flow_id
         if c.run is not None:
             db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", c.run.row())
@@ -426,6 +426,7 @@ class SqliteFlowStore:
                 "INSERT OR REPLACE INTO rpc_requests VALUES (?,?,?)",
                 (fid, c.rpc_request[0], c.rpc_request[1]),
             )
+        return [cls._append_stream(db, fid, item) for item in c.stream_appends]
 
     async def get_run(self, flow_id: str) -> RunRecord | None:
         return await self._run(self._get_run_sync, flow_id)
@@ -563,24 +564,25 @@ class SqliteFlowStore:
 
     async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
         def append(db: sqlite3.Connection) -> list[int]:
-            offsets = []
-            for item in appends:
-                last = db.execute(
-                    "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
-                    (flow_id, item.stream),
-                ).fetchone()[0]
-                offset = int(last) + 1
-                db.execute(
-                    "INSERT INTO streams VALUES (?,?,?,?,?,?)",
-                    (flow_id, item.stream, offset, time.time(), item.source, item.value),
-                )
-                if item.capacity_bytes > 0:
-                    self._trim_stream(db, flow_id, item.stream, item.capacity_bytes)
-                offsets.append(offset)
-            return offsets
+            return [self._append_stream(db, flow_id, item) for item in appends]
 
         # Streams ride in the group transactions of the commits around them.
         return await self._retry("append_streams", lambda: self._grouped(append))
+
+    @classmethod
+    def _append_stream(cls, db: sqlite3.Connection, flow_id: str, item: StreamAppend) -> int:
+        last = db.execute(
+            "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
+            (flow_id, item.stream),
+        ).fetchone()[0]
+        offset = int(last) + 1
+        db.execute(
+            "INSERT INTO streams VALUES (?,?,?,?,?,?)",
+            (flow_id, item.stream, offset, time.time(), item.source, item.value),
+        )
+        if item.capacity_bytes > 0:
+            cls._trim_stream(db, flow_id, item.stream, item.capacity_bytes)
+        return offset
 
     @staticmethod
     def _trim_stream(db: sqlite3.Connection, flow_id: str, stream: str, capacity: int) -> None:

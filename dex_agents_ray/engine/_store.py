@@ -66,11 +66,13 @@ class FlowStore(Protocol):
     async def activate(self, flow_id: str) -> tuple[int, LoadedRun | None]:
         """Take ownership of a run: bump and return its epoch, and load it."""
 
-    async def commit(self, commit: Commit, *, replace_run: bool = False) -> None:
+    async def commit(self, commit: Commit, *, replace_run: bool = False) -> list[int]:
         """Apply ``commit`` in one transaction if ``commit.epoch`` is current.
 
         ``replace_run`` first drops the per-run state of an earlier run of the
-        same flow ID (a re-start of a closed flow). Raises ``StaleEpochError``.
+        same flow ID (a re-start of a closed flow). Returns the offsets of
+        ``commit.stream_appends`` in order, or ``[]`` where a retry cannot tell
+        them. Raises ``StaleEpochError``.
         """
 
     async def get_run(self, flow_id: str) -> RunRecord | None: ...

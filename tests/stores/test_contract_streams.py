@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from dex_agents_ray.engine._records import StreamAppend
+import pytest
+
+from dex_agents_ray.engine import StaleEpochError
+from dex_agents_ray.engine._records import Commit, StreamAppend
 from tests.stores.conftest import Backend
-from tests.stores.records import opened
+from tests.stores.records import entry, opened, run
 
 
 async def test_offsets_count_per_stream_and_reads_page_both_ways(backend: Backend) -> None:
@@ -82,3 +85,37 @@ async def test_a_batch_appends_in_order_in_one_transaction(backend: Backend) -> 
         ]
         assert [r.value for r in await store.read_stream("a", "t", 0, 10)] == [b"t1"]
         assert await store.append_streams("a", []) == []
+
+
+async def test_a_commit_carries_stream_appends_and_returns_their_offsets(
+    backend: Backend,
+) -> None:
+    async with opened(backend.config) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        assert await store.append_stream("a", "events", "rpc", b"first", 0) == 1
+        appends = [
+            StreamAppend(stream="events", source="#X-1", value=b"v2", capacity_bytes=0),
+            StreamAppend(stream="other", source="#X-1", value=b"o1", capacity_bytes=0),
+            StreamAppend(stream="events", source="#X-1", value=b"v3", capacity_bytes=4),
+        ]
+        offsets = await store.commit(
+            Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "done")], stream_appends=appends)
+        )
+        assert offsets == [2, 1, 3]
+        # The trim of the third append applied in the same transaction.
+        assert [(r.offset, r.value) for r in await store.read_stream("a", "events", 0, 10)] == [
+            (2, b"v2"),
+            (3, b"v3"),
+        ]
+        assert [r.value for r in await store.read_stream("a", "other", 0, 10)] == [b"o1"]
+
+
+async def test_a_refused_commit_appends_none_of_its_stream_writes(backend: Backend) -> None:
+    async with opened(backend.config) as old, opened(backend.config) as new:
+        stale, _ = await old.activate("a")
+        await new.activate("a")
+        appends = [StreamAppend(stream="events", source="#X-1", value=b"v", capacity_bytes=0)]
+        with pytest.raises(StaleEpochError):
+            await old.commit(Commit(flow_id="a", epoch=stale, stream_appends=appends))
+        assert await new.read_stream("a", "events", 0, 10) == []

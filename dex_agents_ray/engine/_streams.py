@@ -1,0 +1,169 @@
+"""Stream writes of a host's runs on their way to the store, and the long polls
+that wait for them.
+
+A Stream write (an attempt's ``Stream.write``) lingers for up to ``linger``
+seconds: when the run commits meanwhile (a Step's result, almost always a few
+milliseconds later), the commit carries the write in its own transaction (one
+fsync instead of two, see ``RunDriver.commit``); otherwise the write is appended
+alone. Streams are best effort in Dex: a write that the store refuses is logged
+and dropped, as before. Writes of one run keep their order: the ones a commit
+takes were queued after every write already on its way to the store, and both
+go through the store's group transactions in order.
+
+The buffer also keeps the newest records each run's Stream got through it (a
+short tail, once durable), so that a long poll answers with the records
+themselves, mostly without a store read on either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine._records import StreamAppend, StreamRecord
+from dex_agents_ray.engine._store import FlowStore
+
+logger = logging.getLogger("dex_agents_ray.engine")
+
+STREAM_LINGER_SECONDS = 0.005
+"""How long a Stream write waits for its run's next commit before it is appended alone."""
+TAIL_RECORDS = 64
+"""Records kept per Stream for long polls."""
+TAIL_STREAMS = 4096
+"""Streams whose tails a host keeps (least recently written dropped first)."""
+
+
+class StreamBuffer:
+    """One host's Stream writes in flight and its ``wait_stream`` long polls."""
+
+    def __init__(self, store: FlowStore, linger: float = STREAM_LINGER_SECONDS) -> None:
+        self._store = store
+        self._linger = linger
+        self._pending: dict[str, list[StreamAppend]] = {}
+        self._wakers: dict[str, asyncio.Event] = {}
+        self._writers: dict[str, asyncio.Task[None]] = {}
+        self._waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._tails: OrderedDict[tuple[str, str], deque[StreamRecord]] = OrderedDict()
+
+    def write(self, flow_id: str, stream: str, source: str, write: pb.StepStreamWrite) -> None:
+        """Queue one Stream write of ``flow_id``."""
+        self._pending.setdefault(flow_id, []).append(
+            StreamAppend(
+                stream=stream,
+                source=source,
+                value=write.value.SerializeToString(),
+                capacity_bytes=write.stream_capacity_bytes,
+            )
+        )
+        waker = self._wakers.get(flow_id)
+        if waker is None:
+            waker = self._wakers[flow_id] = asyncio.Event()
+            task = asyncio.get_running_loop().create_task(self._write_alone(flow_id, waker))
+            self._writers[flow_id] = task
+        waker.set()
+
+    def take(self, flow_id: str) -> list[StreamAppend]:
+        """The queued writes of ``flow_id``, for a commit to carry (in order)."""
+        return self._pending.pop(flow_id, [])
+
+    def written(
+        self, flow_id: str, appends: Sequence[StreamAppend], offsets: Sequence[int]
+    ) -> None:
+        """``appends`` of ``flow_id`` are durable at ``offsets`` (``[]``: not known):
+        keep them in the tails and wake the long polls on their Streams."""
+        now = time.time()
+        for item, offset in zip(appends, offsets, strict=False):
+            key = (flow_id, item.stream)
+            tail = self._tails.get(key)
+            if tail is not None and tail[-1].offset + 1 != offset:
+                tail = None  # a gap (another writer): start again from here
+            if tail is None:
+                tail = self._tails[key] = deque(maxlen=TAIL_RECORDS)
+                while len(self._tails) > TAIL_STREAMS:
+                    self._tails.popitem(last=False)
+            self._tails.move_to_end(key)
+            tail.append(
+                StreamRecord(offset=offset, created_at=now, source=item.source, value=item.value)
+            )
+        if len(offsets) != len(appends):
+            for stream in {item.stream for item in appends}:
+                self._tails.pop((flow_id, stream), None)
+        for stream in dict.fromkeys(item.stream for item in appends):
+            waiter = self._waiters.pop((flow_id, stream), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    def forget(self, flow_id: str) -> None:
+        """Drop the tails of ``flow_id`` (this host no longer owns the run)."""
+        for key in [k for k in self._tails if k[0] == flow_id]:
+            del self._tails[key]
+
+    def _from_tail(
+        self, flow_id: str, stream: str, after_offset: int, limit: int
+    ) -> list[StreamRecord] | None:
+        tail = self._tails.get((flow_id, stream))
+        if not tail or tail[0].offset > after_offset + 1 or tail[-1].offset <= after_offset:
+            return None
+        return [r for r in tail if r.offset > after_offset][:limit]
+
+    async def _write_alone(self, flow_id: str, waker: asyncio.Event) -> None:
+        while True:
+            await waker.wait()
+            waker.clear()
+            await asyncio.sleep(self._linger)  # the run's next commit may take them
+            batch = self.take(flow_id)
+            if not batch:
+                if not waker.is_set():  # idle: the next write starts a new writer
+                    del self._wakers[flow_id], self._writers[flow_id]
+                    return
+                continue
+            offsets: list[int] = []
+            try:
+                offsets = await self._store.append_streams(flow_id, batch)
+            except Exception:
+                logger.exception(
+                    "run %s: %d Stream write(s) lost (streams are best effort)",
+                    flow_id,
+                    len(batch),
+                )
+            self.written(flow_id, batch, offsets)
+
+    async def wait(
+        self, flow_id: str, stream: str, after_offset: int, limit: int, timeout: float | None
+    ) -> list[StreamRecord]:
+        """Up to ``limit`` records past ``after_offset``, waiting up to ``timeout``
+        for the first; ``[]`` when none came."""
+        records = self._from_tail(flow_id, stream, after_offset, limit)
+        if records:
+            return records
+        key = (flow_id, stream)
+        waiter = self._waiters.get(key)
+        if waiter is None or waiter.done():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters[key] = waiter
+        # Registered before looking, so a write in between still wakes us.
+        records = await self._store.read_stream(flow_id, stream, after_offset, limit)
+        if records:
+            return records
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return []
+        records = self._from_tail(flow_id, stream, after_offset, limit)
+        if records is None:
+            records = await self._store.read_stream(flow_id, stream, after_offset, limit)
+        return records
+
+    def close(self) -> None:
+        """Stop the writers (queued writes are dropped)."""
+        for task in self._writers.values():
+            task.cancel()
+        self._writers.clear()
+        self._wakers.clear()
+        self._pending.clear()
+        self._tails.clear()

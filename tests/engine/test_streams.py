@@ -1,0 +1,84 @@
+"""A host's Stream writes on their way to the store (``StreamBuffer``), on a real
+SQLite store: a write rides in its run's next commit or is appended alone after
+the linger, and long polls answer with the records, from the tail it keeps or
+from the store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine import SqliteStoreConfig
+from dex_agents_ray.engine._records import Commit, StreamAppend
+from dex_agents_ray.engine._streams import StreamBuffer
+from tests.stores.records import entry, opened, run
+
+
+def _write(text: str) -> pb.StepStreamWrite:
+    return pb.StepStreamWrite(stream_name="events", value=pb.Value(string_value=text))
+
+
+def _texts(records: list[object]) -> list[str]:
+    return [pb.Value.FromString(r.value).string_value for r in records]  # type: ignore[attr-defined]
+
+
+async def test_writes_ride_the_next_commit_and_long_polls_get_them(tmp_path: Path) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        # A long linger: only the commit can have written them.
+        streams = StreamBuffer(store, linger=60.0)
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        streams.write("a", "events", "#X-1", _write("one"))
+        streams.write("a", "events", "#X-1", _write("two"))
+        taken = streams.take("a")
+        assert [t.source for t in taken] == ["#X-1", "#X-1"]
+        assert streams.take("a") == []
+        commit = Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "done")])
+        commit.stream_appends = taken
+        offsets = await store.commit(commit)
+        streams.written("a", taken, offsets)
+        assert _texts(await poll) == ["one", "two"]
+        assert [r.offset for r in await store.read_stream("a", "events", 0, 10)] == [1, 2]
+        # Served from the tail: a read past the newest waits, one inside it does not.
+        assert _texts(await streams.wait("a", "events", 1, 10, 0.0)) == ["two"]
+        assert await streams.wait("a", "events", 2, 10, 0.0) == []
+        streams.close()
+
+
+async def test_a_write_no_commit_takes_is_appended_alone(tmp_path: Path) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        streams = StreamBuffer(store, linger=0.001)
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        streams.write("a", "events", "rpc", _write("alone"))
+        assert _texts(await poll) == ["alone"]
+        assert _texts(await store.read_stream("a", "events", 0, 10)) == ["alone"]
+        streams.close()
+
+
+async def test_a_gap_or_a_forgotten_run_falls_back_to_the_store(tmp_path: Path) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        for text in ("a1", "a2", "a3"):
+            await store.append_stream(
+                "a", "events", "other-host", _write(text).value.SerializeToString(), 0
+            )
+        streams = StreamBuffer(store)
+        # This host saw only offset 3: a poll from 0 reads the store, not the tail.
+        appended = StreamAppend(
+            stream="events",
+            source="x",
+            value=_write("a3").value.SerializeToString(),
+            capacity_bytes=0,
+        )
+        streams.written("a", [appended], [3])
+        assert _texts(await streams.wait("a", "events", 0, 10, 0.0)) == ["a1", "a2", "a3"]
+        # Offsets not known (a retried commit): the tail is dropped, the store answers.
+        streams.written("a", [appended], [])
+        assert _texts(await streams.wait("a", "events", 2, 10, 0.0)) == ["a3"]
+        streams.forget("a")
+        assert _texts(await streams.wait("a", "events", 1, 1, 0.0)) == ["a2"]
+        streams.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import threading
 import types
 import typing
@@ -25,7 +26,7 @@ from enum import Enum
 from typing import Any
 
 from dex import CodecRegistry, JsonCodec
-from dex.codec import Codec, Value, _supports_automatic_json, _type_name
+from dex.codec import Codec, Value, WireKind, _supports_automatic_json, _type_name
 
 Decoder = Callable[[Any], Any]
 
@@ -57,7 +58,7 @@ class CachingCodecRegistry(CodecRegistry):
             except TypeError:  # an unhashable hint: keep the SDK's codec
                 decoder = None
             if decoder is not None:
-                kind = _SharedDecodingJsonCodec if type_hint in _SHARED else JsonCodec
+                kind = _SharedDecodingJsonCodec if type_hint in _SHARED else _EngineJsonCodec
                 codec = kind(_type_name(type_hint), decoder, _encode, type_hint)
         try:
             self._resolved[type_hint] = codec
@@ -111,7 +112,47 @@ def _require_immutable(hint: object, where: str) -> None:
     raise TypeError(f"{where}: {hint!r} values can be changed in place")
 
 
-class _SharedDecodingJsonCodec(JsonCodec[Any]):
+class _EngineJsonCodec(JsonCodec[Any]):
+    """The SDK's ``JsonCodec`` whose type check also takes ``Any`` and unions.
+
+    The SDK's check refuses every value for ``Any`` (``Attribute("s",
+    dict[str, Any])`` could store nothing); here ``Any`` takes any value the JSON
+    encoder takes, and a union the values of its members.
+    """
+
+    def encode(self, value: Any) -> Value:
+        if self.expected_type is not None and not _matches(value, self.expected_type):
+            raise TypeError(
+                f"{self.type_name} requires {_type_name(self.expected_type)}, "
+                f"got {type(value).__name__}"
+            )
+        payload = json.dumps(
+            self.encoder(value), allow_nan=False, separators=(",", ":"), sort_keys=True
+        )
+        return Value(WireKind.JSON, payload)
+
+
+def _matches(value: object, hint: object) -> bool:
+    """``dex.codec._matches_type``, with ``Any`` and unions."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(item, arguments[0]) for item in value)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_matches(item, arguments[0]) for item in value)
+    if origin in (dict, Mapping):
+        return isinstance(value, Mapping) and all(
+            _matches(key, arguments[0]) and _matches(item, arguments[1])
+            for key, item in value.items()
+        )
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_matches(value, argument) for argument in arguments)
+    return isinstance(hint, type) and type(value) is hint
+
+
+class _SharedDecodingJsonCodec(_EngineJsonCodec):
     """A ``JsonCodec`` that hands out one decoded value per JSON text."""
 
     def decode(self, value: Value) -> Any:

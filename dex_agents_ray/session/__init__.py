@@ -27,6 +27,7 @@ from dex_agents_ray.session._api import (
     QueuedUserMessage,
     ResolveInterruptRequest,
     RunModelLimit,
+    UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._builtin_tools import (
     BUILT_IN_TOOL_DEFINITIONS,
@@ -104,6 +105,13 @@ from dex_agents_ray.session._schema import (
     message_sequence_key,
     plan_execution_key,
 )
+from dex_agents_ray.session._settings import (
+    INVALID_START_SESSION_SETTINGS_REASON,
+    MAX_SESSION_SETTINGS_BYTES,
+    SESSION_SETTINGS_SIZE_TOLERANCE_BYTES,
+    session_settings_size,
+    validate_session_settings,
+)
 from dex_agents_ray.session._steps_tools import idempotency_key
 from dex_agents_ray.session._values import (
     AgentInterrupt,
@@ -137,6 +145,7 @@ from dex_agents_ray.session._values import (
     TurnControlKind,
     TurnControlRequest,
     TurnReplySequence,
+    TurnSessionSettings,
 )
 
 __all__ = [
@@ -253,4 +262,11 @@ __all__ = [
     "is_approval_required",
     "message_sequence_key",
     "plan_execution_key",
+    "UpdateSessionSettingsRequest",
+    "INVALID_START_SESSION_SETTINGS_REASON",
+    "MAX_SESSION_SETTINGS_BYTES",
+    "SESSION_SETTINGS_SIZE_TOLERANCE_BYTES",
+    "session_settings_size",
+    "validate_session_settings",
+    "TurnSessionSettings",
 ]

@@ -73,6 +73,14 @@ class AnswerQuestionRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpdateSessionSettingsRequest:
+    """Input of ``update_session_settings``: the settings that replace the session's."""
+
+    session_settings: dict[str, Any] | None
+    """The new settings (nothing is merged; ``{}`` clears them). ``None`` is refused."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ListAgentMessagesRequest:
     """Input of ``list_agent_messages``: a page of messages before a sequence."""
 
@@ -329,7 +337,7 @@ class AgentSessionStartInput:
     images: tuple[AgentImageReference, ...] = ()
     """Images of the first message; empty for none."""
     session_settings: dict[str, Any] = field(default_factory=dict)
-    """Session settings (reserved); empty for none."""
+    """Session settings (a JSON object, see ``MAX_SESSION_SETTINGS_BYTES``); empty for none."""
     start_environment: dict[str, str] = field(default_factory=dict)
     """Where the starting program ran; the session never reads it."""
 

@@ -20,9 +20,11 @@ from dex_agents_ray.session._api import (
     AnswerQuestionRequest,
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
+    UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
 from dex_agents_ray.session._runner import ImageUserMessageBuilder
+from dex_agents_ray.session._settings import validate_session_settings
 from dex_agents_ray.session._values import AgentUserMessage
 
 __all__ = ["AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE", "AgentSessionClient"]
@@ -83,8 +85,12 @@ class AgentSessionClient:
         Raises:
             ImageValidationError: An image reference is invalid.
             ValueError: Images without an initial message, or for a runner that
-                cannot take them (no ``ImageUserMessageBuilder``).
+                cannot take them (no ``ImageUserMessageBuilder``); session settings
+                over ``MAX_SESSION_SETTINGS_BYTES``.
+            TypeError: Session settings that are not a JSON object.
         """
+        if session_settings is not None:
+            validate_session_settings(session_settings)
         images = tuple(images)
         if images:
             validate_image_references(images)
@@ -128,6 +134,28 @@ class AgentSessionClient:
         message = AgentUserMessage(text=text, images=images, plan_mode=plan_mode)
         result: bool = await self.client.invoke_rpc(
             self.flow.send_user_message, session_id, message
+        )
+        return result
+
+    async def update_session_settings(
+        self, session_id: str, session_settings: Mapping[str, Any] | None
+    ) -> bool:
+        """Replace the session's settings (nothing is merged; ``{}`` clears them).
+
+        They apply when the next turn starts; a running turn keeps its own.
+        Returns ``False`` before the session initialized, or for ``None``.
+
+        Raises:
+            TypeError: Settings that are not a JSON object (checked before sending).
+            ValueError: Settings over ``MAX_SESSION_SETTINGS_BYTES``.
+        """
+        if session_settings is not None:
+            validate_session_settings(session_settings)
+        request = UpdateSessionSettingsRequest(
+            session_settings=None if session_settings is None else dict(session_settings)
+        )
+        result: bool = await self.client.invoke_rpc(
+            self.flow.update_session_settings, session_id, request
         )
         return result
 

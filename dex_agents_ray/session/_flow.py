@@ -16,6 +16,7 @@ from dex_agents_ray.session._api import (
     AnswerQuestionRequest,
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
+    UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._runner import AgentFrameworkRunner
 from dex_agents_ray.session._schema import (
@@ -134,6 +135,14 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     def send_user_message(self, context: Context, input: AgentUserMessage) -> RPCResult[bool]:
         """Queue a user message; ``False`` for blank text (see the spec's RPC table)."""
         return RPCResult(_rpcs.send_user_message(context, self.config, input))
+
+    @rpc(is_transactional=True)
+    def update_session_settings(
+        self, context: Context, input: UpdateSessionSettingsRequest
+    ) -> RPCResult[bool]:
+        """Replace the session's settings (``{}`` clears them); they apply from the
+        next turn. ``False`` before the session initialized, or for settings it refuses."""
+        return RPCResult(_rpcs.update_session_settings(context, input))
 
     @rpc(lock_attributes=(PENDING_INTERRUPTS.lock(),))
     def resolve_interrupt(

@@ -19,6 +19,7 @@ from dex_agents_ray.session._api import (
     ListAgentMessagesRequest,
     QueuedUserMessage,
     ResolveInterruptRequest,
+    UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._messages import load_messages
 from dex_agents_ray.session._runner import ImageUserMessageBuilder
@@ -34,6 +35,7 @@ from dex_agents_ray.session._schema import (
     STEERED_USER_MESSAGES,
     SessionConfig,
 )
+from dex_agents_ray.session._settings import session_settings_problem
 from dex_agents_ray.session._turns import turn_records
 from dex_agents_ray.session._values import (
     AgentInterrupt,
@@ -50,6 +52,7 @@ __all__ = [
     "list_agent_messages",
     "resolve_interrupt",
     "send_user_message",
+    "update_session_settings",
 ]
 
 
@@ -68,6 +71,18 @@ def send_user_message(context: Context, config: SessionConfig, message: AgentUse
         except ImageValidationError:
             return False
     QUEUED_USER_MESSAGES.publish(context, message)
+    return True
+
+
+def update_session_settings(context: Context, request: UpdateSessionSettingsRequest) -> bool:
+    """Replace the settings; ``False`` before the session initialized, for ``None``,
+    or for settings that are not a JSON object within the limit (and tolerance)."""
+    settings = request.session_settings
+    if AGENT_STATE.get(context) is None or settings is None:
+        return False
+    if session_settings_problem(settings) is not None:
+        return False
+    SESSION_SETTINGS.set(context, dict(settings))
     return True
 
 

@@ -37,6 +37,7 @@ from dex_agents_ray.session._values import (
     TurnCancellationRequest,
     TurnControlRequest,
     TurnReplySequence,
+    TurnSessionSettings,
     json_ready,
 )
 
@@ -115,7 +116,9 @@ PENDING_PLAN_EXECUTION: Attribute[PlanExecutionRequest] = Attribute(
 )
 CONTEXT_SUMMARY: Attribute[ContextSummary] = Attribute("ContextSummary", ContextSummary)
 SESSION_SETTINGS: Attribute[dict[str, Any]] = Attribute("SessionSettings", dict[str, Any])
-TURN_SESSION_SETTINGS: Attribute[dict[str, Any]] = Attribute("TurnSessionSettings", dict[str, Any])
+TURN_SESSION_SETTINGS: Attribute[TurnSessionSettings] = Attribute(
+    "TurnSessionSettings", TurnSessionSettings
+)
 
 SHARED_PERSISTENCE: tuple[Any, ...] = (
     AGENT_STATE,

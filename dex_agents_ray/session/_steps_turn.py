@@ -28,6 +28,10 @@ from dex_agents_ray.session._schema import (
     Heartbeats,
     SessionConfig,
 )
+from dex_agents_ray.session._settings import (
+    INVALID_START_SESSION_SETTINGS_REASON,
+    session_settings_problem,
+)
 from dex_agents_ray.session._turns import (
     apply_outcome,
     begin_turn,
@@ -89,6 +93,9 @@ class StartAgentSession(_TurnStep):
     async def execute(self, context: AsyncContext, input: AgentSessionStartInput) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context) or AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE)
         AGENT_USAGE.set(context, AGENT_USAGE.get(context) or AgentUsage())
+        problem = session_settings_problem(input.session_settings)
+        if problem is not None:  # no retry can change the start input
+            return dex.force_fail(f"{INVALID_START_SESSION_SETTINGS_REASON}: {problem}")
         PENDING_INTERRUPTS.set(context, [])
         SESSION_SETTINGS.set(context, dict(input.session_settings))
         text = input.initial_message

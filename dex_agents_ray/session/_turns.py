@@ -30,6 +30,7 @@ from dex_agents_ray.session._schema import (
     PENDING_INTERRUPTS,
     SESSION_SETTINGS,
     TURN_REPLY_SEQUENCE,
+    TURN_SESSION_SETTINGS,
     SessionConfig,
 )
 from dex_agents_ray.session._tool_requests import (
@@ -46,6 +47,7 @@ from dex_agents_ray.session._values import (
     InteractionMode,
     MessageRole,
     TurnReplySequence,
+    TurnSessionSettings,
     utc_now,
 )
 
@@ -109,6 +111,14 @@ def begin_turn(
         now=utc_now(),
     )
     TURN_REPLY_SEQUENCE.set(context, TurnReplySequence(turn_id=turn_id, first_sequence=last + 1))
+    # The turn's own copy: its model calls read only this, so a settings update
+    # (or a crash) while it runs changes nothing for it.
+    TURN_SESSION_SETTINGS.set(
+        context,
+        TurnSessionSettings(
+            turn_id=turn_id, session_settings=dict(SESSION_SETTINGS.get(context) or {})
+        ),
+    )
     FRAMEWORK_RUN_STATE.delete(context)
     started = replace(
         state,
@@ -121,6 +131,14 @@ def begin_turn(
     AGENT_STATE.set(context, started)
     config.emit(context, AgentEventType.TURN_STARTED, {"sequence": first}, turn_id=turn_id)
     return started
+
+
+def turn_session_settings(context: Context, turn_id: str) -> dict[str, Any]:
+    """The settings turn ``turn_id`` started with; a copy another turn left reads as none."""
+    copy = TURN_SESSION_SETTINGS.get(context)
+    if copy is None or copy.turn_id != turn_id:
+        return {}
+    return dict(copy.session_settings)
 
 
 def turn_context(
@@ -144,7 +162,7 @@ def turn_context(
         heartbeat=heartbeat,
         enabled_built_in_tools=options.built_in_tools,
         interaction_mode=state.interaction_mode,
-        session_settings=SESSION_SETTINGS.get(context) or {},
+        session_settings=turn_session_settings(context, state.active_turn_id),
         tool_policies=options.tool_policies,
         default_tool_effect=options.default_tool_effect,
         step_execution_id=context.step_execution_id,

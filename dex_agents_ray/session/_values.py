@@ -222,6 +222,18 @@ class TurnReplySequence:
     """Sequence of the turn's first message after its user message(s)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnSessionSettings:
+    """The settings a turn started with (``TurnSessionSettings``), tagged with it:
+    its model calls read only this copy, so a running turn keeps them across a
+    crash. A copy an earlier turn left reads as no settings."""
+
+    turn_id: str
+    """The turn that copied them."""
+    session_settings: dict[str, Any] = field(default_factory=dict)
+    """The session's settings when the turn started; empty for none."""
+
+
 class AgentToolCallStatus(StrEnum):
     """Where a tool call record is. The first five wait; the last four are final."""
 

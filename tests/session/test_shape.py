@@ -118,6 +118,7 @@ def test_registry_accepts_the_flow_with_every_step_and_persistence_name() -> Non
         "list_agent_messages",
         "resolve_interrupt",
         "send_user_message",
+        "update_session_settings",
     ]
     assert flow.agent_events.stream_capacity_bytes == 10 * 1024 * 1024
 

@@ -23,10 +23,13 @@ from dex_agents_ray.session._api import (
     AgentSessionStartInput,
     AgentSnapshot,
     AnswerQuestionRequest,
+    CancelTurnRequest,
+    DeleteQueuedMessageRequest,
     ListAgentMessagesRequest,
     QueuedUserMessage,
     ResolveInterruptRequest,
     RunModelLimit,
+    SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._builtin_tools import (
@@ -269,4 +272,7 @@ __all__ = [
     "session_settings_size",
     "validate_session_settings",
     "TurnSessionSettings",
+    "CancelTurnRequest",
+    "DeleteQueuedMessageRequest",
+    "SteerUserMessageRequest",
 ]

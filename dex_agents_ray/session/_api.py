@@ -73,6 +73,34 @@ class AnswerQuestionRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SteerUserMessageRequest:
+    """Input of ``steer_user_message``: exactly one of a queued message's ID or new text."""
+
+    message_id: str | None = None
+    """A queued message (``AgentSnapshot.queued_messages``) to move to the running turn."""
+    text: str | None = None
+    """New text that steers the running turn (queued when no turn is active)."""
+    plan_mode: bool = False
+    """For ``text``: ask for a planning turn, as ``send_user_message`` does."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteQueuedMessageRequest:
+    """Input of ``delete_queued_message``."""
+
+    message_id: str
+    """The queued message (``AgentSnapshot.queued_messages``) to delete."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CancelTurnRequest:
+    """Input of ``cancel_turn``."""
+
+    turn_id: str
+    """The turn to stop: ``AgentState.active_turn_id``."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class UpdateSessionSettingsRequest:
     """Input of ``update_session_settings``: the settings that replace the session's."""
 

@@ -18,8 +18,11 @@ from dex_agents_ray.session._api import (
     AgentSessionStartInput,
     AgentSnapshot,
     AnswerQuestionRequest,
+    CancelTurnRequest,
+    DeleteQueuedMessageRequest,
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
+    SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
@@ -136,6 +139,56 @@ class AgentSessionClient:
             self.flow.send_user_message, session_id, message
         )
         return result
+
+    async def steer_user_message(
+        self,
+        session_id: str,
+        *,
+        message_id: str | None = None,
+        text: str | None = None,
+        plan_mode: bool = False,
+    ) -> bool:
+        """Steer the running turn with a queued message (``message_id`` from
+        ``AgentSnapshot.queued_messages``) or with new ``text``; give exactly one.
+
+        The turn ends at its next safe Step boundary (a started model call or
+        tool call is never interrupted) and the next turn's user messages are
+        every steered message, in order. With no turn active, ``text`` is queued
+        like ``send_user_message``. Returns ``False`` for both or neither, blank
+        text, a message no longer queued, or a turn that does not accept steering.
+
+        Raises:
+            ChannelMessageNotFoundError: The session consumed the message while
+                the RPC ran; nothing changed (reload the snapshot).
+        """
+        request = SteerUserMessageRequest(message_id=message_id, text=text, plan_mode=plan_mode)
+        result: bool = await self.client.invoke_rpc(
+            self.flow.steer_user_message, session_id, request
+        )
+        return result
+
+    async def delete_queued_message(self, session_id: str, message_id: str) -> bool:
+        """Delete a queued message; ``False`` for one no longer queued."""
+        request = DeleteQueuedMessageRequest(message_id=message_id)
+        result: bool = await self.client.invoke_rpc(
+            self.flow.delete_queued_message, session_id, request
+        )
+        return result
+
+    async def cancel_turn(self, session_id: str, turn_id: str) -> bool:
+        """Stop turn ``turn_id`` now: its model call and every wait (approvals,
+        questions, durable waits, a task's next poll) are cancelled; a started
+        tool call runs to its end and a started tool task is abandoned.
+
+        Returns ``True`` once the cancellation is recorded (the turn may still
+        complete first), also for a second call; ``False`` when no turn is active,
+        ``turn_id`` names another turn, or the turn does not accept cancellation.
+        Retries ``RpcLockConflictError`` for 5 seconds.
+        """
+        request = CancelTurnRequest(turn_id=turn_id)
+        return await _retry_lock_conflicts(
+            lambda: self.client.invoke_rpc(self.flow.cancel_turn, session_id, request)
+        )
 
     async def update_session_settings(
         self, session_id: str, session_settings: Mapping[str, Any] | None

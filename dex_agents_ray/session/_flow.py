@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dex import Context, Flow, PersistenceSchema, RPCResult, StepList, Stream, rpc
+from dex import Context, Flow, PersistenceSchema, RPCResult, StepList, StepMovement, Stream, rpc
 
 from dex_agents_ray.session import _rpcs
 from dex_agents_ray.session._api import (
@@ -14,8 +14,11 @@ from dex_agents_ray.session._api import (
     AgentSessionStartInput,
     AgentSnapshot,
     AnswerQuestionRequest,
+    CancelTurnRequest,
+    DeleteQueuedMessageRequest,
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
+    SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._runner import AgentFrameworkRunner
@@ -28,6 +31,7 @@ from dex_agents_ray.session._schema import (
     QUEUED_USER_MESSAGES,
     SHARED_PERSISTENCE,
     STEERED_USER_MESSAGES,
+    TURN_CANCELLATION_REQUEST,
     SessionConfig,
 )
 from dex_agents_ray.session._steps_tools import (
@@ -39,7 +43,9 @@ from dex_agents_ray.session._steps_tools import (
     RecordToolOutcomeUnknown,
 )
 from dex_agents_ray.session._steps_turn import (
+    ApplyTurnControl,
     AwaitUserMessage,
+    FinishTurnCancellation,
     RecordTurnFailure,
     ResumeTurn,
     RunModel,
@@ -108,7 +114,9 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             RecordToolFailure(config),
             RecordToolOutcomeUnknown(config),
             ResumeTurn(config),
+            ApplyTurnControl(config),
             RecordTurnFailure(config),
+            FinishTurnCancellation(config),
             CancelToolTask(config),
         )
 
@@ -135,6 +143,35 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     def send_user_message(self, context: Context, input: AgentUserMessage) -> RPCResult[bool]:
         """Queue a user message; ``False`` for blank text (see the spec's RPC table)."""
         return RPCResult(_rpcs.send_user_message(context, self.config, input))
+
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES,))
+    def steer_user_message(
+        self, context: Context, input: SteerUserMessageRequest
+    ) -> RPCResult[bool]:
+        """Steer the running turn with a queued message (by ID) or new text; with no
+        turn active, ``text`` is queued. ``False`` for bad input or a message no
+        longer queued; ``ChannelMessageNotFoundError`` when it was consumed meanwhile."""
+        return RPCResult(_rpcs.steer_user_message(context, self.config, input))
+
+    @rpc(is_transactional=True, load_channels=(QUEUED_USER_MESSAGES,))
+    def delete_queued_message(
+        self, context: Context, input: DeleteQueuedMessageRequest
+    ) -> RPCResult[bool]:
+        """Delete a queued message; ``False`` for one no longer queued."""
+        return RPCResult(_rpcs.delete_queued_message(context, input))
+
+    @rpc(lock_attributes=(TURN_CANCELLATION_REQUEST.lock(), PENDING_INTERRUPTS.lock()))
+    def cancel_turn(self, context: Context, input: CancelTurnRequest) -> RPCResult[bool]:
+        """Stop the active turn now: its model call and waiting Steps are cancelled and
+        ``FinishTurnCancellation`` ends it. ``False`` when no turn is active,
+        ``turn_id`` names another turn, or the turn does not accept cancellation."""
+        result, started = _rpcs.cancel_turn(context, input)
+        if not started:
+            return RPCResult(result)
+        finish = StepMovement.of(FinishTurnCancellation, input.turn_id)
+        return RPCResult(result, next_steps=(finish,)).with_canceling_steps(
+            RunModel, AwaitToolApproval, AwaitQuestionAnswer, AwaitTimer, PollToolTask
+        )
 
     @rpc(is_transactional=True)
     def update_session_settings(

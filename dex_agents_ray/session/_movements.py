@@ -21,6 +21,7 @@ from dex_agents_ray.session._values import AgentToolCall
 
 __all__ = [
     "approval_movement",
+    "cancel_task_movement",
     "poll_movement",
     "question_movement",
     "timer_movement",
@@ -96,3 +97,10 @@ def timer_movement(tool_call_id: str) -> StepMovement[Any]:
     from dex_agents_ray.session._steps_wait import AwaitTimer
 
     return StepMovement.of(AwaitTimer, tool_call_id, options=record_options(tool_call_id))
+
+
+def cancel_task_movement(tool_call_id: str) -> StepMovement[Any]:
+    """``CancelToolTask`` of one call whose started task ``cancel_turn`` abandons."""
+    from dex_agents_ray.session._steps_tools import CancelToolTask, cancel_task_options
+
+    return StepMovement.of(CancelToolTask, tool_call_id, options=cancel_task_options(tool_call_id))

@@ -7,6 +7,8 @@ applied once and never lost. Bad input returns ``False`` and changes nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dex import Context
 
 from dex_agents_ray.media import ImageValidationError, validate_image_references
@@ -16,11 +18,15 @@ from dex_agents_ray.session._api import (
     AgentMessagesPage,
     AgentSnapshot,
     AnswerQuestionRequest,
+    CancelTurnRequest,
+    DeleteQueuedMessageRequest,
     ListAgentMessagesRequest,
     QueuedUserMessage,
     ResolveInterruptRequest,
+    SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
+from dex_agents_ray.session._control import cancelled
 from dex_agents_ray.session._messages import load_messages
 from dex_agents_ray.session._runner import ImageUserMessageBuilder
 from dex_agents_ray.session._schema import (
@@ -33,6 +39,8 @@ from dex_agents_ray.session._schema import (
     QUEUED_USER_MESSAGES,
     SESSION_SETTINGS,
     STEERED_USER_MESSAGES,
+    TURN_CANCELLATION_REQUEST,
+    TURN_CONTROL_REQUESTS,
     SessionConfig,
 )
 from dex_agents_ray.session._settings import session_settings_problem
@@ -43,6 +51,9 @@ from dex_agents_ray.session._values import (
     AgentUsage,
     AgentUserMessage,
     InterruptKind,
+    TurnCancellationRequest,
+    TurnControlKind,
+    TurnControlRequest,
     utc_now,
 )
 
@@ -51,7 +62,10 @@ __all__ = [
     "get_agent_snapshot",
     "list_agent_messages",
     "resolve_interrupt",
+    "cancel_turn",
+    "delete_queued_message",
     "send_user_message",
+    "steer_user_message",
     "update_session_settings",
 ]
 
@@ -72,6 +86,97 @@ def send_user_message(context: Context, config: SessionConfig, message: AgentUse
             return False
     QUEUED_USER_MESSAGES.publish(context, message)
     return True
+
+
+def _queued_entry(context: Context, message_id: object) -> Any:
+    """The queued message ``message_id`` in this RPC's snapshot, or ``None``."""
+    if not isinstance(message_id, str) or not message_id:
+        return None
+    try:
+        return QUEUED_USER_MESSAGES.find_pending_message(context, message_id)
+    except ValueError:  # not a valid message ID at all
+        return None
+
+
+def steer_user_message(
+    context: Context, config: SessionConfig, request: SteerUserMessageRequest
+) -> bool:
+    """Steer the running turn with a queued message (moved by its ID) or new text.
+
+    ``False`` for both or neither, blank text, a message no longer queued, or a turn
+    that does not accept steering; with no active turn, ``text`` is queued and a
+    ``message_id`` is ``False`` (the message starts the next turn anyway). The move
+    deletes the queued message strictly: if the session consumed it meanwhile, the
+    engine refuses the commit with ``ChannelMessageNotFoundError``.
+    """
+    by_id, text = request.message_id is not None, request.text is not None
+    if by_id == text:
+        return False
+    if text and (not isinstance(request.text, str) or not request.text.strip()):
+        return False
+    state = AGENT_STATE.get(context)
+    if state is None:
+        return False
+    if state.active_turn_id is None:
+        if not text:
+            return False
+        message = AgentUserMessage(text=str(request.text), plan_mode=request.plan_mode)
+        return send_user_message(context, config, message)
+    if not state.accepts_turn_control:
+        return False
+    if by_id:
+        entry = _queued_entry(context, request.message_id)
+        if entry is None:
+            return False
+        QUEUED_USER_MESSAGES.delete(context, entry.message_id)
+        STEERED_USER_MESSAGES.publish(context, entry.value)
+    else:
+        if request.plan_mode and not config.options.plan_mode_enabled:
+            return False
+        STEERED_USER_MESSAGES.publish(
+            context, AgentUserMessage(text=str(request.text), plan_mode=request.plan_mode)
+        )
+    TURN_CONTROL_REQUESTS.publish(
+        context, TurnControlRequest(kind=TurnControlKind.STEER, turn_id=state.active_turn_id)
+    )
+    return True
+
+
+def delete_queued_message(context: Context, request: DeleteQueuedMessageRequest) -> bool:
+    """Delete a queued message; ``False`` for one no longer queued."""
+    entry = _queued_entry(context, request.message_id)
+    if entry is None:
+        return False
+    QUEUED_USER_MESSAGES.delete(context, entry.message_id)
+    return True
+
+
+def cancel_turn(context: Context, request: CancelTurnRequest) -> tuple[bool, bool]:
+    """Record the cancellation of the active turn: ``(result, started)``.
+
+    ``started`` says the caller must cancel the turn's model call and waiting
+    Steps and start ``FinishTurnCancellation``. ``False`` when no turn is active,
+    ``turn_id`` names another turn, or the turn does not accept cancellation; a
+    second call for the same turn returns ``True`` and changes nothing, also
+    once the cancellation has ended the turn. The
+    turn's pending interrupts are withdrawn here, so answering one of them
+    returns ``False`` from now on. Needs ``TurnCancellationRequest`` and
+    ``PendingInterrupts`` locked.
+    """
+    state = AGENT_STATE.get(context)
+    turn_id = request.turn_id
+    if cancelled(context, turn_id):
+        return True, False  # recorded before (the turn may have ended since)
+    if state is None or state.active_turn_id is None or turn_id != state.active_turn_id:
+        return False, False
+    if not state.accepts_turn_control:
+        return False, False
+    TURN_CANCELLATION_REQUEST.set(context, TurnCancellationRequest(turn_id=turn_id))
+    pending = PENDING_INTERRUPTS.get(context) or []
+    kept = [i for i in pending if i.turn_id != turn_id]
+    if len(kept) != len(pending):
+        PENDING_INTERRUPTS.set(context, kept)
+    return True, True
 
 
 def update_session_settings(context: Context, request: UpdateSessionSettingsRequest) -> bool:

@@ -21,7 +21,12 @@ from dex import AsyncContext, Context, RetryPolicy, Step, StepDecision, StepOpti
 from dex_agents_ray.engine import StepAttemptProgress
 from dex_agents_ray.media import validate_image_references
 from dex_agents_ray.session._api import AgentEventType
-from dex_agents_ray.session._movements import poll_movement, question_movement
+from dex_agents_ray.session._control import cancelled, control_reason
+from dex_agents_ray.session._movements import (
+    cancel_task_movement,
+    poll_movement,
+    question_movement,
+)
 from dex_agents_ray.session._policy import (
     MISSING_TOOL_TASK_POLLER,
     TOOL_CALL_NOT_RUN_ERROR_PREFIX,
@@ -139,6 +144,13 @@ async def _run_tool(step: _ToolStep, context: AsyncContext, tool_call_id: str) -
     record = load_record(context, tool_call_id)
     if record.is_final or record.status is not AgentToolCallStatus.APPROVED:
         return dex.dead_end()
+    reason = control_reason(context, record.turn_id)
+    if reason is not None:
+        # Steered or cancelled before it started: it never runs.
+        finish_record(
+            context, config, record, AgentToolCallStatus.REJECTED, cancellation_reason=reason
+        )
+        return dex.dead_end()
     config.emit(
         context,
         AgentEventType.TOOL_CALL_STARTED,
@@ -216,6 +228,9 @@ def _start_task(
         },
         turn_id=record.turn_id,
     )
+    if cancelled(context, record.turn_id):
+        # cancel_turn came while the tool ran: the task is abandoned at once.
+        return dex.go_to_many(cancel_task_movement(record.tool_call_id))
     return dex.go_to_many(poll_movement(config, waiting))
 
 

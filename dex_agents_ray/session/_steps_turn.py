@@ -1,5 +1,16 @@
 """The turn Steps: ``StartAgentSession``, ``AwaitUserMessage``, ``RunModel``,
-``ResumeTurn`` and ``RecordTurnFailure``. They run in the session's host."""
+``ResumeTurn``, ``ApplyTurnControl``, ``RecordTurnFailure`` and
+``FinishTurnCancellation``. They run in the session's host.
+
+Turn control (the spec's "Steering and turn cancellation"): a steer ends the turn
+at its next safe boundary (``RunModel`` before a model call, ``ResumeTurn`` once
+the calls that had started have their results); ``cancel_turn`` cancels the model
+call and the waiting Steps at once and starts ``FinishTurnCancellation``. Both
+end in ``ApplyTurnControl``, whose input is the turn it ends (``""`` when
+``AwaitUserMessage`` woke for steered messages with no turn active; the spec's
+table gives it no input, but a route that comes second must find the turn
+ended and do nothing).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +21,14 @@ from typing import Any
 import dex
 from dex import AsyncContext, Context, RetryPolicy, Step, StepDecision, StepOptions, Wait
 
-from dex_agents_ray.session._api import AgentSessionStartInput
-from dex_agents_ray.session._records import sync_options
+from dex_agents_ray.session._api import AgentEventType, AgentSessionStartInput
+from dex_agents_ray.session._control import cancelled, control_reason, steered, wake_waiting_calls
+from dex_agents_ray.session._movements import (
+    cancel_task_movement,
+    question_movement,
+    timer_movement,
+)
+from dex_agents_ray.session._records import finish_record, sync_options
 from dex_agents_ray.session._runner import ImageUserMessageBuilder
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,
@@ -19,9 +36,11 @@ from dex_agents_ray.session._schema import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
     QUEUED_USER_MESSAGES,
     SESSION_SETTINGS,
+    STEERED_USER_MESSAGES,
     TOOL_CALL_RESULTS,
     TURN_CANCELLATION_REQUEST,
     TURN_CONTROL_REQUESTS,
@@ -35,6 +54,7 @@ from dex_agents_ray.session._settings import (
 from dex_agents_ray.session._turns import (
     apply_outcome,
     begin_turn,
+    end_controlled_turn,
     fail_turn,
     turn_context,
     turn_records,
@@ -42,20 +62,29 @@ from dex_agents_ray.session._turns import (
 from dex_agents_ray.session._values import (
     AgentState,
     AgentStatus,
+    AgentToolCall,
+    AgentToolCallStatus,
     AgentUsage,
     AgentUserMessage,
+    CancellationReason,
     FrameworkMessage,
+    InterruptKind,
     ToolCallCompleted,
+    utc_now,
 )
 
 __all__ = [
+    "ApplyTurnControl",
     "AwaitUserMessage",
+    "FinishTurnCancellation",
     "RecordTurnFailure",
     "ResumeTurn",
     "RunModel",
     "StartAgentSession",
 ]
 
+NO_TURN = ""
+"""``ApplyTurnControl``'s input when no turn was active."""
 _TURN_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=3
 )
@@ -122,9 +151,11 @@ class AwaitUserMessage(_TurnStep):
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context)
+        if list(TURN_CONTROL_REQUESTS.results(context)) or steered(context):
+            # A steer that came when no turn was left to apply it to.
+            return dex.go_to(ApplyTurnControl, NO_TURN)
         messages = list(QUEUED_USER_MESSAGES.results(context))
         if state is None or not messages:
-            # A turn control request with nothing to steer (reserved for steering).
             return dex.go_to(AwaitUserMessage, None)
         if state.active_turn_id is not None:
             # A turn left active by an earlier failure; start over cleanly.
@@ -157,6 +188,10 @@ class RunModel(_TurnStep):
         state = AGENT_STATE.get(context)
         if state is None or state.active_turn_id is None:
             return dex.go_to(AwaitUserMessage, None)
+        if cancelled(context, state.active_turn_id):
+            return dex.dead_end()  # FinishTurnCancellation ends the turn
+        if steered(context):
+            return dex.go_to(ApplyTurnControl, state.active_turn_id)
         if state.status is not AgentStatus.RUNNING_MODEL:
             state = replace(state, status=AgentStatus.RUNNING_MODEL)
         beats = Heartbeats(context, None)
@@ -189,12 +224,21 @@ class ResumeTurn(Step[int]):
         state = AGENT_STATE.get(context)
         if state is None or state.active_turn_id is None:
             return dex.dead_end()
+        turn_id = state.active_turn_id
+        records = turn_records(context)
+        reason = control_reason(context, turn_id)
+        if reason is CancellationReason.STEERED:
+            # Steering ends the turn's waits for a person or for time now; calls
+            # that started run to their end. (A cancel's waits were cancelled.)
+            wake_waiting_calls(context, records, reason)
         results: list[ToolCallCompleted] = list(TOOL_CALL_RESULTS.results(context))
-        ours = sum(1 for result in results if result.turn_id == state.active_turn_id)
-        unfinished = sum(1 for record in turn_records(context) if not record.is_final)
+        ours = sum(1 for result in results if result.turn_id == turn_id)
+        unfinished = sum(1 for record in records if not record.is_final)
         remaining = max(input - ours, unfinished)
         if remaining > 0:
             return dex.go_to(ResumeTurn, remaining)
+        if reason is not None:
+            return dex.go_to(ApplyTurnControl, turn_id)
         AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
         return dex.go_to(RunModel, None)
 
@@ -220,6 +264,138 @@ class RecordTurnFailure(_TurnStep):
             writer.close()
             turn = turn_context(context, config, state, writer, Heartbeats(context, None).beat)
         return fail_turn(context, config, state, error, turn)
+
+
+class ApplyTurnControl(Step[str]):
+    """Ends a steered or cancelled turn and starts the next one with every steered
+    message, in order; consumes every steered message and stale wake.
+
+    The input is the turn to end (``NO_TURN``: no turn was active); a turn that
+    has ended already, or another turn, is left alone.
+    """
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+
+    def get_step_options(self) -> StepOptions | None:
+        return sync_options(
+            execute_retry=_TURN_RETRY,
+            execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_MESSAGE_CHUNKS, AGENT_TOOL_CALLS),
+            execute_load_channels=(STEERED_USER_MESSAGES, TURN_CONTROL_REQUESTS),
+            execute_lock_attributes=(TURN_CANCELLATION_REQUEST.lock(),),
+        )
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        config = self.config
+        state = AGENT_STATE.get(context)
+        if state is None:
+            return dex.dead_end()
+        if input != NO_TURN and state.active_turn_id != input:
+            return dex.dead_end()  # the other route ended it first
+        if input == NO_TURN and state.active_turn_id is not None:
+            return dex.dead_end()  # a turn started meanwhile: its own Steps apply the steer
+        for wake in TURN_CONTROL_REQUESTS.pending_messages(context):
+            TURN_CONTROL_REQUESTS.delete(context, wake.message_id)
+        steering = list(STEERED_USER_MESSAGES.pending_messages(context))
+        for entry in steering:
+            STEERED_USER_MESSAGES.delete(context, entry.message_id)
+        if input != NO_TURN:
+            writer = config.event_writer(context, input)
+            writer.close()
+            turn = turn_context(context, config, state, writer, Heartbeats(context, None).beat)
+            state = end_controlled_turn(
+                context,
+                config,
+                state,
+                turn,
+                cancelled=cancelled(context, input),
+                steered_count=len(steering),
+            )
+        if not steering:
+            return dex.go_to(AwaitUserMessage, None)
+        messages = [_user_message(config, entry.value) for entry in steering]
+        begin_turn(context, config, state, messages)
+        return dex.go_to(RunModel, None)
+
+
+class FinishTurnCancellation(Step[str]):
+    """What ``cancel_turn`` starts: ends a turn whose model call it cancelled, or
+    settles each call whose wait it cancelled, and hands started tasks to
+    ``CancelToolTask``; ``ResumeTurn`` then ends the turn."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+
+    def get_step_options(self) -> StepOptions | None:
+        return sync_options(
+            execute_retry=_TURN_RETRY,
+            execute_load_attribute_maps=(AGENT_TOOL_CALLS,),
+            execute_lock_attributes=(TURN_CANCELLATION_REQUEST.lock(), PENDING_INTERRUPTS.lock()),
+        )
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
+        state = AGENT_STATE.get(context)
+        if state is None or state.active_turn_id != input:
+            return dex.dead_end()
+        if state.status is not AgentStatus.RUNNING_TOOLS:
+            # The model call (or compaction) was cancelled: nothing else runs.
+            return dex.go_to(ApplyTurnControl, input)
+        movements: list[Any] = []
+        for record in turn_records(context):
+            if not record.is_final:
+                movement = self._settle(context, record)
+                if movement is not None:
+                    movements.append(movement)
+        return dex.go_to_many(*movements) if movements else dex.dead_end()
+
+    def _settle(self, context: Context, record: AgentToolCall) -> Any:
+        """Record one call whose wait ``cancel_turn`` cancelled; a movement where its
+        own Step must finish it (a started task, an answer or Timer that came first)."""
+        config, status = self.config, record.status
+        if status is AgentToolCallStatus.WAITING_FOR_TASK or (
+            status is AgentToolCallStatus.AWAITING_ANSWER and record.task_id is not None
+        ):
+            return cancel_task_movement(record.tool_call_id)
+        if status is AgentToolCallStatus.AWAITING_ANSWER:
+            interrupt_id = record.interrupt_id
+            if (
+                interrupt_id is not None
+                and record.built_in_tool is not None
+                and INTERRUPT_RESOLUTIONS.size(context, interrupt_id) > 0
+            ):
+                return question_movement(record.tool_call_id)  # the answer came first
+        elif status is AgentToolCallStatus.WAITING_FOR_TIMER:
+            if record.wait_until is not None and record.wait_until <= utc_now():
+                return timer_movement(record.tool_call_id)  # the Timer fired first
+        elif status is not AgentToolCallStatus.AWAITING_APPROVAL:
+            return None  # its tool Step runs to its end, or records it cancelled
+        if record.interrupt_id is not None and status is not AgentToolCallStatus.WAITING_FOR_TIMER:
+            kind = (
+                InterruptKind.APPROVAL
+                if status is AgentToolCallStatus.AWAITING_APPROVAL
+                else InterruptKind.QUESTION
+            )
+            config.emit(
+                context,
+                AgentEventType.INTERRUPT_RESOLVED,
+                {
+                    "interrupt_id": record.interrupt_id,
+                    "approved": False,
+                    "rejection_message": None,
+                    "kind": kind,
+                    "answered": False,
+                    "cancellation_reason": CancellationReason.TURN_CANCELLED,
+                },
+                turn_id=record.turn_id,
+            )
+        finish_record(
+            context,
+            config,
+            record,
+            AgentToolCallStatus.REJECTED,
+            cancellation_reason=CancellationReason.TURN_CANCELLED,
+        )
+        return None
 
 
 def _failure_text(context: Context) -> str:

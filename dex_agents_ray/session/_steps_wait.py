@@ -19,6 +19,7 @@ from dex import AsyncContext, Context, Step, StepDecision, StepOptions, Timer, W
 from dex.runtime_errors import AttributeMapNotLoadedError
 
 from dex_agents_ray.session._api import AgentEventType
+from dex_agents_ray.session._control import control_reason
 from dex_agents_ray.session._movements import (
     approval_movement,
     poll_movement,
@@ -165,6 +166,20 @@ def _record_exists(context: Context, tool_call_id: str) -> bool:
         return False
 
 
+def _cancellation(context: Context, record: AgentToolCall) -> ToolCallCancellation | None:
+    """The wake that ends this call's wait, while its turn is steered or cancelled.
+
+    A wake left over from an earlier turn (tool call IDs can repeat across turns)
+    is consumed and ignored, and the Step waits again."""
+    woken: ToolCallCancellation | None = _first(
+        TOOL_CALL_CANCELLATIONS.results(context, record.tool_call_id)
+    )
+    if woken is None:
+        return None
+    reason = control_reason(context, record.turn_id)
+    return None if reason is None else replace(woken, reason=reason)
+
+
 def _first(values: Any) -> Any:
     values = list(values)
     return values[0] if values else None
@@ -226,9 +241,7 @@ class AwaitToolApproval(_WaitStep):
             approved = replace(record, status=AgentToolCallStatus.APPROVED)
             AGENT_TOOL_CALLS.set(context, input, approved)
             return dex.go_to_many(tool_movement(config, approved))
-        cancellation: ToolCallCancellation | None = _first(
-            TOOL_CALL_CANCELLATIONS.results(context, input)
-        )
+        cancellation = _cancellation(context, record)
         if cancellation is not None:
             return _withdraw(
                 context, config, record, input, InterruptKind.APPROVAL, cancellation=cancellation
@@ -290,9 +303,7 @@ class AwaitQuestionAnswer(_WaitStep):
                 assert resolution.answer is not None
                 return self._settle(context, record, QuestionResolution.ANSWERED, resolution.answer)
             return self._settle(context, record, QuestionResolution.DECLINED, None)
-        cancellation: ToolCallCancellation | None = _first(
-            TOOL_CALL_CANCELLATIONS.results(context, input)
-        )
+        cancellation = _cancellation(context, record)
         if cancellation is not None and record.task_id is None:
             return _withdraw(
                 context,
@@ -442,9 +453,7 @@ class AwaitTimer(_WaitStep):
         record = load_record(context, input)
         if record.status is not AgentToolCallStatus.WAITING_FOR_TIMER or record.wait_until is None:
             return self._resume_moved(record)
-        cancellation: ToolCallCancellation | None = _first(
-            TOOL_CALL_CANCELLATIONS.results(context, input)
-        )
+        cancellation = _cancellation(context, record)
         if cancellation is not None:
             finish_record(
                 context,

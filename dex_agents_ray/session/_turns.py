@@ -93,12 +93,17 @@ def begin_turn(
     context: Context,
     config: SessionConfig,
     state: AgentState,
-    message: FrameworkMessage,
+    message: FrameworkMessage | Sequence[FrameworkMessage],
 ) -> AgentState:
-    """Store the turn's user message and make the turn active (status ``running_model``)."""
-    if message.role is not MessageRole.USER:
-        raise ValueError(f"build_user_message returned a {message.role.value!r} message")
-    require_messages([message], "user message")
+    """Store the turn's user message(s) (a steered turn has one per steered message,
+    in order) and make the turn active (status ``running_model``)."""
+    messages = [message] if isinstance(message, FrameworkMessage) else list(message)
+    if not messages:
+        raise ValueError("a turn starts with at least one user message")
+    for each in messages:
+        if each.role is not MessageRole.USER:
+            raise ValueError(f"build_user_message returned a {each.role.value!r} message")
+    require_messages(messages, "user message")
     turn_number = state.turn_count + 1
     turn_id = f"turn-{turn_number}"
     first = state.last_sequence + 1
@@ -107,7 +112,7 @@ def begin_turn(
         config.options,
         last_sequence=state.last_sequence,
         turn_id=turn_id,
-        messages=[message],
+        messages=messages,
         now=utc_now(),
     )
     TURN_REPLY_SEQUENCE.set(context, TurnReplySequence(turn_id=turn_id, first_sequence=last + 1))
@@ -127,6 +132,7 @@ def begin_turn(
         turn_count=turn_number,
         active_turn_id=turn_id,
         last_sequence=last,
+        accepts_turn_control=True,
     )
     AGENT_STATE.set(context, started)
     config.emit(context, AgentEventType.TURN_STARTED, {"sequence": first}, turn_id=turn_id)
@@ -170,7 +176,12 @@ def turn_context(
 
 
 def _end_turn(
-    context: Context, config: SessionConfig, state: AgentState, *, error: str | None
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    *,
+    error: str | None,
+    control: tuple[AgentEventType, dict[str, Any]] | None = None,
 ) -> None:
     for key in AGENT_TOOL_CALLS.get_all_instance_keys(context):
         AGENT_TOOL_CALLS.delete(context, key)
@@ -186,7 +197,10 @@ def _end_turn(
         ),
     )
     turn_id = state.active_turn_id
-    if error is None:
+    if control is not None:
+        event, payload = control
+        config.emit(context, event, payload, turn_id=turn_id)
+    elif error is None:
         config.emit(
             context,
             AgentEventType.TURN_COMPLETED,
@@ -238,6 +252,44 @@ def fail_turn(
     if state.active_turn_id is None:
         AGENT_STATE.set(context, replace(state, last_turn_error=error))
         return dex.go_to(_await_user_message(), None)
+    state = _store_unfinished(context, config, state, turn)
+    _end_turn(context, config, state, error=error)
+    return dex.go_to(_await_user_message(), None)
+
+
+def end_controlled_turn(
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    turn: AgentTurnContext | None,
+    *,
+    cancelled: bool,
+    steered_count: int,
+) -> AgentState:
+    """End a steered or cancelled turn as a failed one ends (the runner's
+    unfinished-turn messages, or the note listing the calls that ran), with
+    ``turn_cancelled`` or ``turn_steered`` instead of ``turn_failed``."""
+    state = _store_unfinished(context, config, state, turn)
+    if cancelled:
+        control = (AgentEventType.TURN_CANCELLED, {"message_count": state.last_sequence})
+    else:
+        control = (
+            AgentEventType.TURN_STEERED,
+            {"steered_message_count": steered_count, "message_count": state.last_sequence},
+        )
+    _end_turn(context, config, state, error=None, control=control)
+    return replace(
+        state,
+        status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+        active_turn_id=None,
+        last_turn_error=None,
+    )
+
+
+def _store_unfinished(
+    context: Context, config: SessionConfig, state: AgentState, turn: AgentTurnContext | None
+) -> AgentState:
+    """Store what an unfinished turn leaves: the runner's messages, then the note."""
     records = [r for r in turn_records(context) if r.is_final]
     messages: list[FrameworkMessage] = []
     runner = config.runner
@@ -256,9 +308,7 @@ def fail_turn(
         if not isinstance(note, FrameworkMessage) or note.role is not MessageRole.USER:
             raise ValueError("build_user_message must return a user FrameworkMessage")
         messages.append(note)
-    state = _store(context, config, state, messages)
-    _end_turn(context, config, state, error=error)
-    return dex.go_to(_await_user_message(), None)
+    return _store(context, config, state, messages)
 
 
 def _await_user_message() -> Any:

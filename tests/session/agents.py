@@ -59,6 +59,8 @@ class Reply:
     raise_error: str | None = None
     turn_error: str | None = None
     continue_with: str | None = None
+    model_gate: str | None = None
+    """Wait at gate ``model-<name>`` (logged as reached) before replying."""
 
 
 def user_message(text: str) -> FrameworkMessage:
@@ -107,6 +109,8 @@ class ScriptedRunner:
         self.log("model").record(f"{turn.turn_id}/{index}/{turn.attempt}")
         replies = self.script.get(user_text, ())
         reply = replies[index] if index < len(replies) else Reply()
+        if reply.model_gate is not None:
+            await FileGate(self.state_dir, f"model-{reply.model_gate}").wait_for_release()
         if reply.raise_error is not None:
             raise RuntimeError(reply.raise_error)
         usage = AgentUsage(input_tokens=10, output_tokens=2, model_calls=1)

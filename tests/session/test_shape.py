@@ -53,7 +53,9 @@ STEPS = [
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
     "ResumeTurn",
+    "ApplyTurnControl",
     "RecordTurnFailure",
+    "FinishTurnCancellation",
     "CancelToolTask",
 ]
 PERSISTENCE = [
@@ -114,10 +116,13 @@ def test_registry_accepts_the_flow_with_every_step_and_persistence_name() -> Non
     assert sorted(registered.persistence) == sorted(PERSISTENCE)
     assert sorted(registered.rpcs) == [
         "answer_question",
+        "cancel_turn",
+        "delete_queued_message",
         "get_agent_snapshot",
         "list_agent_messages",
         "resolve_interrupt",
         "send_user_message",
+        "steer_user_message",
         "update_session_settings",
     ]
     assert flow.agent_events.stream_capacity_bytes == 10 * 1024 * 1024

@@ -1,0 +1,198 @@
+"""Turn control on real Ray and SQLite (the spec's "Steering and turn cancellation"):
+steering with queued messages and with text, deleting queued messages, and
+``cancel_turn`` during a model call, an approval, a question and a durable wait.
+Gates hold model calls and tools; nothing sleeps for timing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from dex_agents_ray import (
+    AgentEventType,
+    AgentSessionClient,
+    AgentSessionOptions,
+    AgentSnapshot,
+    AgentToolCallStatus,
+    BuiltInTool,
+    CancellationReason,
+    ToolEffect,
+    ToolPolicy,
+)
+from dex_agents_ray.testing import FileGate, InvocationLog
+from tests.session.agents import Call, Reply, build_flow
+from tests.session.polling import has_interrupt, read_events, snapshot_when, turn_done
+
+POLICIES = {
+    "slow": ToolPolicy(ToolEffect.READ),
+    "lookup": ToolPolicy(ToolEffect.READ),
+    "refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True),
+}
+OPTIONS = AgentSessionOptions(
+    tool_policies=POLICIES,
+    built_in_tools=frozenset({BuiltInTool.ASK_USER, BuiltInTool.DURABLE_WAIT}),
+)
+
+
+def _user_texts(snapshot: AgentSnapshot, turn_id: str) -> list[str | None]:
+    return [m.text for m in snapshot.messages if m.turn_id == turn_id and m.role.value == "user"]
+
+
+def _no_turn(snapshot: AgentSnapshot) -> bool:
+    return snapshot.state is not None and snapshot.state.active_turn_id is None
+
+
+async def test_steering_ends_the_turn_after_the_running_tool_and_keeps_every_message(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    script = {
+        "go": [Reply(calls=[Call("c1", "slow"), Call("c2", "refund"), Call("c3", "lookup")])],
+        "first steer": [Reply()],
+    }
+    flow = build_flow(state_dir, script, {"slow": "gate"}, options=OPTIONS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "go")
+    await FileGate(state_dir, "slow-1").wait_until_reached(timeout=120)
+    await snapshot_when(sessions, "s-1", has_interrupt, description="the approval")
+
+    # One message queued and moved by its ID, one steered with text, one deleted.
+    assert await sessions.send_user_message("s-1", "first steer")
+    assert await sessions.send_user_message("s-1", "never mind")
+    queued = (await sessions.get_agent_snapshot("s-1")).queued_messages
+    assert [q.text for q in queued] == ["first steer", "never mind"]
+    assert await sessions.steer_user_message("s-1", message_id=queued[0].message_id)
+    assert not await sessions.steer_user_message("s-1", message_id=queued[0].message_id)
+    assert await sessions.steer_user_message("s-1", text="second steer")
+    assert await sessions.delete_queued_message("s-1", queued[1].message_id)
+    assert not await sessions.delete_queued_message("s-1", queued[1].message_id)
+
+    # The approval is withdrawn at once; the started tool runs to its end.
+    steered = await snapshot_when(
+        sessions, "s-1", lambda s: not s.pending_interrupts, description="approval withdrawn"
+    )
+    assert [m.text for m in steered.steered_messages] == ["first steer", "second steer"]
+    assert steered.queued_messages == ()
+    assert not await sessions.resolve_interrupt("s-1", "c2", approved=True)
+    FileGate(state_dir, "slow-1").release()
+
+    done = await snapshot_when(sessions, "s-1", turn_done(2), description="the steered turn")
+    assert done.state is not None and done.state.last_turn_error is None
+    assert _user_texts(done, "turn-2") == ["first steer", "second steer"]
+    assert done.steered_messages == () and done.queued_messages == ()
+    assert len(InvocationLog(state_dir / "slow.log").entries()) == 1
+    assert InvocationLog(state_dir / "refund.log").entries() == []
+    events = await read_events(sessions, "s-1", until_type=AgentEventType.TURN_COMPLETED)
+    ended = [e for e in events if e.type is AgentEventType.TURN_STEERED]
+    assert [(e.turn_id, e.payload["steered_message_count"]) for e in ended] == [("turn-1", 2)]
+    finished = {
+        e.payload["tool_call_id"]: e.payload["status"]
+        for e in events
+        if e.type is AgentEventType.TOOL_CALL_FINISHED and e.turn_id == "turn-1"
+    }
+    assert finished["c1"] == AgentToolCallStatus.SUCCEEDED
+    assert finished["c2"] == AgentToolCallStatus.REJECTED
+    # The note of turn 1 lists what ran; the steered turn sees it before its messages.
+    note = [m.text for m in done.messages if m.turn_id == "turn-1" and m.role.value == "user"]
+    assert note[0] == "go" and len(note) == 2 and "slow" in (note[1] or "")
+
+
+async def test_cancel_during_a_model_call_drops_its_answer(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    script = {"think": [Reply(model_gate="think")], "again": [Reply()]}
+    flow = build_flow(state_dir, script, options=OPTIONS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "think")
+    await FileGate(state_dir, "model-think").wait_until_reached(timeout=120)
+
+    assert not await sessions.cancel_turn("s-1", "turn-7")  # another turn
+    first, second = await asyncio.gather(
+        sessions.cancel_turn("s-1", "turn-1"), sessions.cancel_turn("s-1", "turn-1")
+    )
+    assert first and second  # concurrent cancels: both recorded, applied once
+    done = await snapshot_when(sessions, "s-1", _no_turn, description="the cancelled turn")
+    assert done.state is not None and done.state.turn_count == 1
+    assert done.state.last_turn_error is None
+    assert [m.role.value for m in done.messages] == ["user"]  # no answer stored
+    assert await sessions.cancel_turn("s-1", "turn-1")  # recorded before: changes nothing
+    assert not await sessions.cancel_turn("s-1", "turn-2")  # no turn is active
+    events = await read_events(sessions, "s-1", until_type=AgentEventType.TURN_CANCELLED)
+    assert [e.turn_id for e in events if e.type is AgentEventType.TURN_CANCELLED] == ["turn-1"]
+
+    FileGate(state_dir, "model-think").release()  # the cancelled attempt never returns
+    assert await sessions.send_user_message("s-1", "again")
+    after = await snapshot_when(sessions, "s-1", turn_done(2), description="the next turn")
+    assert after.messages[-1].text == "no tools"
+    assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1", "turn-2/0/1"]
+
+
+async def test_cancel_ends_every_wait_and_answers_then_return_false(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    calls = [
+        Call("c1", "refund"),
+        Call("q1", "ask_user", {"question": "Color?", "choices": ["red"]}),
+        Call("w1", "durable_wait", {"duration_seconds": 3600, "reason": "later"}),
+        Call("c2", "lookup"),
+    ]
+    flow = build_flow(state_dir, {"wait": [Reply(calls=calls), Reply()]}, options=OPTIONS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "wait")
+    waiting = await snapshot_when(
+        sessions, "s-1", lambda s: len(s.pending_interrupts) == 2, description="two interrupts"
+    )
+    assert waiting.state is not None and waiting.state.active_turn_id == "turn-1"
+
+    assert await sessions.cancel_turn("s-1", "turn-1")
+    assert not await sessions.resolve_interrupt("s-1", "c1", approved=True)
+    assert not await sessions.answer_question("s-1", "q1", "red")
+    done = await snapshot_when(sessions, "s-1", _no_turn, description="the cancelled turn")
+    assert done.pending_interrupts == () and done.tool_calls == ()
+    events = await read_events(sessions, "s-1", until_type=AgentEventType.TURN_CANCELLED)
+    finished = {
+        e.payload["tool_call_id"]: e.payload["status"]
+        for e in events
+        if e.type is AgentEventType.TOOL_CALL_FINISHED
+    }
+    assert finished == {
+        "c1": AgentToolCallStatus.REJECTED,
+        "q1": AgentToolCallStatus.REJECTED,
+        "w1": AgentToolCallStatus.REJECTED,
+        "c2": AgentToolCallStatus.SUCCEEDED,
+    }
+    resolved = [e.payload for e in events if e.type is AgentEventType.INTERRUPT_RESOLVED]
+    assert {(p["interrupt_id"], p["cancellation_reason"]) for p in resolved} == {
+        ("c1", CancellationReason.TURN_CANCELLED),
+        ("q1", CancellationReason.TURN_CANCELLED),
+    }
+    # One model call: the cancelled turn never went back to the model.
+    assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1"]
+    assert InvocationLog(state_dir / "refund.log").entries() == []
+    found = await engine.client.search_flows('ActiveStepTypes = "AwaitTimer"', 50)
+    assert found.flows == []
+
+
+async def test_bad_turn_control_input_changes_nothing(engine_factory: Any, state_dir: Path) -> None:
+    flow = build_flow(state_dir, {"hello": [Reply()], "queued": [Reply()]}, options=OPTIONS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "hello")
+    before = await snapshot_when(sessions, "s-1", turn_done(1))
+
+    assert not await sessions.steer_user_message("s-1")  # neither
+    assert not await sessions.steer_user_message("s-1", message_id="m", text="both")
+    assert not await sessions.steer_user_message("s-1", text="   ")  # blank
+    assert not await sessions.steer_user_message("s-1", message_id="unknown")
+    assert not await sessions.delete_queued_message("s-1", "unknown")
+    assert not await sessions.delete_queued_message("s-1", "")
+    assert not await sessions.cancel_turn("s-1", "turn-1")  # it ended without a cancel
+    assert await sessions.get_agent_snapshot("s-1") == before
+
+    # With no turn active, steering with text queues the message: it starts a turn.
+    assert await sessions.steer_user_message("s-1", text="queued")
+    after = await snapshot_when(sessions, "s-1", turn_done(2))
+    assert _user_texts(after, "turn-2") == ["queued"]

@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     demos = {
         "demo": "a support-agent session: a read tool, an approved write, a host crash "
         "mid-write (scripted model unless OPENAI_API_KEY is set)",
+        "control-demo": "turn control: a user steers a running turn, then stops one "
+        "waiting for approval",
         "engine-demo": "the engine alone: a fan-out to Ray tasks, a durable timer, a host crash",
     }
     for name, help_text in demos.items():
@@ -31,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         from dex_agents_ray.cli._session_demo import run_session_demo
 
         return run_session_demo(store=args.store)
+    if args.command == "control-demo":
+        from dex_agents_ray.cli._control_demo import run_control_demo
+
+        return run_control_demo(store=args.store)
     if args.command == "engine-demo":
         from dex_agents_ray.cli._demo import run_demo
 

@@ -142,3 +142,32 @@ async def test_an_mcp_server_from_pypi_in_a_session(engine_factory: Any) -> None
     events = await read_events(sessions, "time", until_type="turn_completed")
     deferred = next(e for e in events if e.type.value == "tool_call_deferred")
     assert deferred.payload["effect"] == "read" and deferred.payload["requires_approval"] is False
+
+
+async def test_cancel_turn_sends_tasks_cancel_for_a_task_that_asked_a_question(
+    engine_factory: Any, mcp_http: HttpMcpServer
+) -> None:
+    tools = McpToolSource([McpStreamableHttpServerConfig(name="t", url=mcp_http.url)])
+    flow = mcp_flow("McpCancel", tools, [("c1", "t__task_ask", {"kind": "enum"})])
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("cancel", "paint it")
+    await snapshot_when(sessions, "cancel", has_interrupt, timeout=120)
+    [task_id] = list(mcp_http.state.tasks)
+    assert await sessions.cancel_turn("cancel", "turn-1")
+    assert not await sessions.answer_question("cancel", "c1-input-1", "blue")
+    done = await snapshot_when(
+        sessions,
+        "cancel",
+        lambda s: s.state is not None and s.state.active_turn_id is None,
+        timeout=120,
+    )
+
+    assert done.state is not None and done.state.last_turn_error is None
+    assert mcp_http.state.cancels == [task_id]  # tasks/cancel reached the server, once
+    assert mcp_http.state.tasks[task_id].status == "cancelled"
+    assert mcp_http.state.updates == []  # the question was never answered
+    events = await read_events(sessions, "cancel", until_type="turn_cancelled")
+    finished = [e.payload for e in events if e.type.value == "tool_call_finished"]
+    assert [p["status"] for p in finished] == ["outcome_unknown"]

@@ -30,6 +30,7 @@ from dex_agents_ray import (
     ToolExecutionResult,
     ToolInputRequested,
     ToolOutcomeUnknownError,
+    ToolTaskCancellation,
     ToolTaskPending,
     ToolTaskPoll,
     ToolTaskPollOutcome,
@@ -198,6 +199,17 @@ class TaskRunner(ScriptedRunner):
             return ToolTaskPending(poll_interval_seconds=0.2, continuation=kept)
         answer = next(a.answer for a in record.input_answers)
         return ToolExecutionResult(output=f"task {record.task_id} finished after {answer}")
+
+
+class CancellingTaskRunner(TaskRunner):
+    """A ``TaskRunner`` that cancels tasks (``ToolTaskCanceller``): logs each request
+    and, with behaviour ``cancel_tool_task: gate``, waits at gate ``cancel-<attempt>``."""
+
+    async def cancel_tool_task(self, cancellation: ToolTaskCancellation) -> None:
+        record = cancellation.tool_call
+        self.log("cancel").record(f"{record.task_id}/{cancellation.attempt}/{os.getpid()}")
+        if self.behaviours.get("cancel_tool_task") == "gate":
+            await FileGate(self.state_dir, f"cancel-{cancellation.attempt}").wait_for_release()
 
 
 class ImageRunner(ScriptedRunner):

@@ -20,12 +20,13 @@ from dex_agents_ray import (
     ToolEffect,
     ToolPolicy,
 )
-from dex_agents_ray.testing import FileGate, InvocationLog
-from tests.session.agents import Call, Reply, build_flow
+from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
+from tests.session.agents import Call, CancellingTaskRunner, Reply, build_flow
 from tests.session.polling import has_interrupt, read_events, snapshot_when, turn_done
 
 POLICIES = {
     "slow": ToolPolicy(ToolEffect.READ),
+    "job": ToolPolicy(ToolEffect.READ),
     "lookup": ToolPolicy(ToolEffect.READ),
     "refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True),
 }
@@ -196,3 +197,65 @@ async def test_bad_turn_control_input_changes_nothing(engine_factory: Any, state
     assert await sessions.steer_user_message("s-1", text="queued")
     after = await snapshot_when(sessions, "s-1", turn_done(2))
     assert _user_texts(after, "turn-2") == ["queued"]
+
+
+async def test_a_cancelled_turn_abandons_its_task_across_a_host_crash(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """The host dies while ``CancelToolTask`` asks the runner to cancel the task: the
+    retry asks again, the call records ``outcome_unknown`` once, the turn ends cancelled."""
+    flow = build_flow(
+        state_dir,
+        {"job": [Reply(calls=[Call("t1", "job")]), Reply()]},
+        {"job": "task", "cancel_tool_task": "gate"},
+        options=OPTIONS,
+        runner_class=CancellingTaskRunner,
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "job")
+    asked = await snapshot_when(sessions, "s-1", has_interrupt, description="the task's question")
+    assert asked.pending_interrupts[0].question == "Proceed?"
+
+    assert await sessions.cancel_turn("s-1", "turn-1")
+    await FileGate(state_dir, "cancel-1").wait_until_reached(timeout=120)
+    await kill_flow_actor(engine, "s-1")
+    FileGate(state_dir, "cancel-2").release()
+
+    done = await snapshot_when(sessions, "s-1", _no_turn, timeout=120, description="cancelled")
+    assert done.state is not None and done.state.last_turn_error is None
+    assert [
+        entry.split("/")[:2] for entry in InvocationLog(state_dir / "cancel.log").entries()
+    ] == [
+        ["job-1", "1"],
+        ["job-1", "2"],
+    ]
+    events = await read_events(sessions, "s-1", until_type=AgentEventType.TURN_CANCELLED)
+    finished = [e.payload["status"] for e in events if e.type is AgentEventType.TOOL_CALL_FINISHED]
+    assert finished == [AgentToolCallStatus.OUTCOME_UNKNOWN]
+    assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1"]
+    FileGate(state_dir, "cancel-1").release()
+
+
+async def test_a_host_killed_right_after_the_cancel_finishes_it_on_restart(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """The cancel committed, then the host died: the cancelled model call is not run
+    again, and the restarted host ends the turn cancelled, once."""
+    script = {"think": [Reply(model_gate="think")], "again": [Reply()]}
+    flow = build_flow(state_dir, script, options=OPTIONS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "think")
+    await FileGate(state_dir, "model-think").wait_until_reached(timeout=120)
+    assert await sessions.cancel_turn("s-1", "turn-1")
+    await kill_flow_actor(engine, "s-1")
+
+    done = await snapshot_when(sessions, "s-1", _no_turn, timeout=120, description="cancelled")
+    assert done.state is not None and done.state.turn_count == 1
+    events = await read_events(sessions, "s-1", until_type=AgentEventType.TURN_CANCELLED)
+    assert [e.type for e in events].count(AgentEventType.TURN_CANCELLED) == 1
+    assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1"]
+    FileGate(state_dir, "model-think").release()
+    assert await sessions.send_user_message("s-1", "again")
+    await snapshot_when(sessions, "s-1", turn_done(2), timeout=120)

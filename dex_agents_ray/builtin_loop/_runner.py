@@ -48,7 +48,7 @@ from dex_agents_ray.builtin_loop._model import (
     UserTextItem,
 )
 from dex_agents_ray.builtin_loop._tool_source import SourceToolListing, ToolSourceRouter
-from dex_agents_ray.builtin_loop._transcript import build_transcript, without_images
+from dex_agents_ray.builtin_loop._transcript import Transcript, build_transcript, without_images
 from dex_agents_ray.media import (
     AgentImageReference,
     MediaStore,
@@ -77,6 +77,7 @@ from dex_agents_ray.session._runner import (
     ToolTaskPollOutcome,
     TurnCompleted,
     TurnContinued,
+    build_plan_note,
 )
 from dex_agents_ray.session._values import (
     AgentToolCall,
@@ -229,7 +230,7 @@ class BuiltinLoopAgentRunner:
         limit = self.definition.max_model_calls_per_turn
         limit_reached = state.model_calls >= limit
         offer = await self._offer(turn, state, limit_reached)
-        response = await self._call_model(turn, transcript.items, offer)
+        response = await self._call_model(turn, _with_plan_note(turn, transcript), offer)
         model_calls = state.model_calls + 1
         usage = _agent_usage(response.usage)
         metadata = response.model_call_metadata
@@ -489,3 +490,15 @@ class BuiltinLoopAgentRunner:
             return self._router.tool_call_step_options(tool_call)
         except LookupError:
             return None
+
+
+def _with_plan_note(turn: AgentTurnContext, transcript: Transcript) -> list[Any]:
+    """The model input: the plan note (``build_plan_note``) as user text before the
+    turn's own items, while a plan exists or the turn plans; never stored."""
+    note = build_plan_note(turn.plan, turn.interaction_mode)
+    items = list(transcript.items)
+    if note is None:
+        return items
+    start = len(items) if transcript.turn_start is None else transcript.turn_start
+    items.insert(start, UserTextItem(text=note))
+    return items

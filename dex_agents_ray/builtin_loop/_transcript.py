@@ -38,6 +38,8 @@ class Transcript:
     new_results: list[ToolResultItem] = field(default_factory=list)
     """Results of the previous response's calls, from the records; not stored yet."""
     previous_output: list[ModelOutputItem] = field(default_factory=list)
+    turn_start: int | None = None
+    """Where the turn's own items start in ``items`` (the plan note goes there)."""
     """The previous response's output items, when ``new_results`` answer them."""
 
 
@@ -65,6 +67,11 @@ def build_transcript(turn: AgentTurnContext) -> Transcript:
     previous: ModelInputItem | None = None
     for message in turn.messages:
         item = _decode_message(message)
+        if transcript.turn_start is None and message.turn_id == turn.turn_id:
+            if pending and isinstance(item, UserTextItem):
+                transcript.items.extend(_unknown_result(call) for call in pending.values())
+                pending.clear()
+            transcript.turn_start = len(transcript.items)
         if isinstance(item, ToolResultItem):
             if pending.pop(item.tool_call_id, None) is not None:
                 transcript.items.append(item)

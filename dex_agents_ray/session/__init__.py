@@ -25,6 +25,7 @@ from dex_agents_ray.session._api import (
     AnswerQuestionRequest,
     CancelTurnRequest,
     DeleteQueuedMessageRequest,
+    ExecutePlanRequest,
     ListAgentMessagesRequest,
     QueuedUserMessage,
     ResolveInterruptRequest,
@@ -54,6 +55,7 @@ from dex_agents_ray.session._policy import (
     is_approval_required,
 )
 from dex_agents_ray.session._runner import (
+    PLANNING_TURN_CALL_REJECTED,
     AgentEventWriter,
     AgentFrameworkRunner,
     AgentTurnContext,
@@ -62,6 +64,7 @@ from dex_agents_ray.session._runner import (
     DeferredToolExecution,
     DeferredToolOutcome,
     ImageUserMessageBuilder,
+    PlanModeRunner,
     ToolCallsRequested,
     ToolCallStepOptions,
     ToolCallStepOptionsProvider,
@@ -77,6 +80,7 @@ from dex_agents_ray.session._runner import (
     TurnCompleted,
     TurnContinued,
     UnfinishedTurnMessageBuilder,
+    build_plan_note,
     build_turn_failure_note,
     describe_tool_call_outcome,
 )
@@ -275,4 +279,8 @@ __all__ = [
     "CancelTurnRequest",
     "DeleteQueuedMessageRequest",
     "SteerUserMessageRequest",
+    "ExecutePlanRequest",
+    "PLANNING_TURN_CALL_REJECTED",
+    "PlanModeRunner",
+    "build_plan_note",
 ]

@@ -93,6 +93,14 @@ class DeleteQueuedMessageRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExecutePlanRequest:
+    """Input of ``execute_plan``: approve one plan revision for execution."""
+
+    revision: int
+    """``AgentPlan.revision`` of the reviewed plan."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class CancelTurnRequest:
     """Input of ``cancel_turn``."""
 
@@ -171,7 +179,7 @@ class AgentSnapshot:
     queued_messages: tuple[QueuedUserMessage, ...] = ()
     """The queued messages with their IDs."""
     steered_messages: tuple[QueuedUserMessage, ...] = ()
-    """Steered messages not applied yet (reserved for steering)."""
+    """Steered messages not applied yet."""
     session_settings: dict[str, Any] = field(default_factory=dict)
     """The next turn's session settings; empty for none."""
 
@@ -189,9 +197,9 @@ class AgentEventType(StrEnum):
     TURN_FAILED = "turn_failed"
     """``{"error"}``."""
     TURN_STEERED = "turn_steered"
-    """``{"steered_message_count", "message_count"}`` (reserved)."""
+    """``{"steered_message_count", "message_count"}``."""
     TURN_CANCELLED = "turn_cancelled"
-    """``{"message_count"}`` (reserved)."""
+    """``{"message_count"}``."""
     TEXT_DELTA = "text_delta"
     """``{"text"}``."""
     REASONING_DELTA = "reasoning_delta"
@@ -213,7 +221,7 @@ class AgentEventType(StrEnum):
     PLAN_UPDATED = "plan_updated"
     """``{"revision", "status", "task_count"}``."""
     PLAN_EXECUTION_STARTED = "plan_execution_started"
-    """``{"revision"}`` (reserved)."""
+    """``{"revision"}``."""
     TOOL_TASK_STARTED = "tool_task_started"
     """``{"tool_call_id", "tool_name", "task_id"}``."""
     USAGE_RECORDED = "usage_recorded"
@@ -297,7 +305,8 @@ class AgentSessionOptions:
     max_durable_wait: timedelta = DEFAULT_MAX_DURABLE_WAIT
     """The longest ``durable_wait``, in whole seconds."""
     plan_mode_enabled: bool = False
-    """Reserved for plan mode; must be ``False`` in this release."""
+    """Accept plan-mode messages and ``execute_plan``; needs ``write_todos`` in
+    ``built_in_tools`` and a ``PlanModeRunner``."""
     run_model_limit: RunModelLimit = field(default_factory=RunModelLimit)
     """``RunModel``'s timeouts, attempts and retry budget."""
     message_window_size: int = 64
@@ -344,9 +353,9 @@ class AgentSessionOptions:
             raise TypeError("AgentSessionOptions.model_ray_options must be a RayTaskOptions")
         if self.max_durable_wait < timedelta(seconds=1):
             raise ValueError("AgentSessionOptions.max_durable_wait must be at least 1 second")
-        if self.plan_mode_enabled:
+        if self.plan_mode_enabled and BuiltInTool.WRITE_TODOS not in self.built_in_tools:
             raise ValueError(
-                "AgentSessionOptions.plan_mode_enabled: plan mode is not available in this release"
+                "AgentSessionOptions.plan_mode_enabled needs write_todos in built_in_tools"
             )
         if self.message_window_size < 1 or self.message_chunk_size < 1:
             raise ValueError(

@@ -20,6 +20,7 @@ from dex_agents_ray.session._api import (
     AnswerQuestionRequest,
     CancelTurnRequest,
     DeleteQueuedMessageRequest,
+    ExecutePlanRequest,
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
     SteerUserMessageRequest,
@@ -174,6 +175,19 @@ class AgentSessionClient:
             self.flow.delete_queued_message, session_id, request
         )
         return result
+
+    async def execute_plan(self, session_id: str, revision: int) -> bool:
+        """Approve plan ``revision`` (``AgentSnapshot.plan``) for execution.
+
+        ``True`` only while the session waits for a user message, the plan has
+        this revision and is ``draft`` or ``active``, no execution of it is
+        pending, and nothing is queued, steered, or pending; the session then
+        starts an ``executing`` turn. Retries ``RpcLockConflictError`` for 5 seconds.
+        """
+        request = ExecutePlanRequest(revision=revision)
+        return await _retry_lock_conflicts(
+            lambda: self.client.invoke_rpc(self.flow.execute_plan, session_id, request)
+        )
 
     async def cancel_turn(self, session_id: str, turn_id: str) -> bool:
         """Stop turn ``turn_id`` now: its model call and every wait (approvals,

@@ -16,18 +16,20 @@ from dex_agents_ray.session._api import (
     AnswerQuestionRequest,
     CancelTurnRequest,
     DeleteQueuedMessageRequest,
+    ExecutePlanRequest,
     ListAgentMessagesRequest,
     ResolveInterruptRequest,
     SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
-from dex_agents_ray.session._runner import AgentFrameworkRunner
+from dex_agents_ray.session._runner import AgentFrameworkRunner, PlanModeRunner
 from dex_agents_ray.session._schema import (
     AGENT_EVENTS_STREAM_NAME,
     AGENT_MESSAGE_CHUNKS,
     AGENT_MESSAGES,
     AGENT_TOOL_CALLS,
     PENDING_INTERRUPTS,
+    PENDING_PLAN_EXECUTION,
     QUEUED_USER_MESSAGES,
     SHARED_PERSISTENCE,
     STEERED_USER_MESSAGES,
@@ -72,7 +74,8 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         options: Tool policies, built-in tools, deadlines and placement.
 
     Raises:
-        TypeError: ``runner`` lacks a method of ``AgentFrameworkRunner``.
+        TypeError: ``runner`` lacks a method of ``AgentFrameworkRunner``, or
+            ``options.plan_mode_enabled`` with a runner that is not a ``PlanModeRunner``.
         ValueError: ``flow_type`` is blank.
     """
 
@@ -93,6 +96,13 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         options = options or AgentSessionOptions()
         if not isinstance(options, AgentSessionOptions):
             raise TypeError("options must be an AgentSessionOptions")
+        if options.plan_mode_enabled and not (
+            isinstance(runner, PlanModeRunner) and runner.supports_plan_mode is True
+        ):
+            raise TypeError(
+                f"plan_mode_enabled needs a PlanModeRunner (supports_plan_mode is True); "
+                f"{type(runner).__name__} is not one"
+            )
         self.agent_events: Stream[AgentEvent] = Stream(
             AGENT_EVENTS_STREAM_NAME, AgentEvent, options.event_stream_capacity_bytes
         )
@@ -159,6 +169,11 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
     ) -> RPCResult[bool]:
         """Delete a queued message; ``False`` for one no longer queued."""
         return RPCResult(_rpcs.delete_queued_message(context, input))
+
+    @rpc(lock_attributes=(PENDING_PLAN_EXECUTION.lock(),))
+    def execute_plan(self, context: Context, input: ExecutePlanRequest) -> RPCResult[bool]:
+        """Approve a reviewed plan revision; the session starts an ``executing`` turn."""
+        return RPCResult(_rpcs.execute_plan(context, input))
 
     @rpc(lock_attributes=(TURN_CANCELLATION_REQUEST.lock(), PENDING_INTERRUPTS.lock()))
     def cancel_turn(self, context: Context, input: CancelTurnRequest) -> RPCResult[bool]:

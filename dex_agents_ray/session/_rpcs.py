@@ -20,6 +20,7 @@ from dex_agents_ray.session._api import (
     AnswerQuestionRequest,
     CancelTurnRequest,
     DeleteQueuedMessageRequest,
+    ExecutePlanRequest,
     ListAgentMessagesRequest,
     QueuedUserMessage,
     ResolveInterruptRequest,
@@ -36,12 +37,15 @@ from dex_agents_ray.session._schema import (
     AGENT_USAGE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
+    PENDING_PLAN_EXECUTION,
+    PLAN_EXECUTIONS,
     QUEUED_USER_MESSAGES,
     SESSION_SETTINGS,
     STEERED_USER_MESSAGES,
     TURN_CANCELLATION_REQUEST,
     TURN_CONTROL_REQUESTS,
     SessionConfig,
+    plan_execution_key,
 )
 from dex_agents_ray.session._settings import session_settings_problem
 from dex_agents_ray.session._turns import turn_records
@@ -51,6 +55,8 @@ from dex_agents_ray.session._values import (
     AgentUsage,
     AgentUserMessage,
     InterruptKind,
+    PlanExecutionRequest,
+    PlanStatus,
     TurnCancellationRequest,
     TurnControlKind,
     TurnControlRequest,
@@ -64,6 +70,7 @@ __all__ = [
     "resolve_interrupt",
     "cancel_turn",
     "delete_queued_message",
+    "execute_plan",
     "send_user_message",
     "steer_user_message",
     "update_session_settings",
@@ -177,6 +184,35 @@ def cancel_turn(context: Context, request: CancelTurnRequest) -> tuple[bool, boo
     if len(kept) != len(pending):
         PENDING_INTERRUPTS.set(context, kept)
     return True, True
+
+
+def execute_plan(context: Context, request: ExecutePlanRequest) -> bool:
+    """Approve plan ``request.revision`` for execution: ``True`` only while the session
+    waits for a user message, the plan has this revision and is ``draft`` or
+    ``active``, no execution of it is pending, and nothing is queued, steered, or
+    pending. Needs ``PendingPlanExecution`` locked."""
+    revision = request.revision
+    state = AGENT_STATE.get(context)
+    plan = AGENT_PLAN.get(context)
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        return False
+    if state is None or state.active_turn_id is not None:
+        return False
+    if plan is None or plan.revision != revision:
+        return False
+    if plan.status not in (PlanStatus.DRAFT, PlanStatus.ACTIVE):
+        return False
+    pending = PENDING_PLAN_EXECUTION.get(context)
+    if pending is not None and pending.revision == revision:
+        return False
+    if QUEUED_USER_MESSAGES.size(context) or STEERED_USER_MESSAGES.size(context):
+        return False
+    if PENDING_INTERRUPTS.get(context):
+        return False
+    approval = PlanExecutionRequest(revision=revision)
+    PENDING_PLAN_EXECUTION.set(context, approval)
+    PLAN_EXECUTIONS.publish(context, plan_execution_key(revision), approval)
+    return True
 
 
 def update_session_settings(context: Context, request: UpdateSessionSettingsRequest) -> bool:

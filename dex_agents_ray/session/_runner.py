@@ -33,6 +33,7 @@ from dex_agents_ray.session._values import (
     ContextSummary,
     FrameworkMessage,
     InteractionMode,
+    PlanStatus,
     QuestionAnswer,
     json_ready,
 )
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from dex import AsyncContext
 
 __all__ = [
+    "PLANNING_TURN_CALL_REJECTED",
+    "PlanModeRunner",
+    "build_plan_note",
+    "plan_execution_message",
     "AgentEventWriter",
     "AgentFrameworkRunner",
     "AgentTurnContext",
@@ -195,7 +200,7 @@ class AgentTurnContext:
     enabled_built_in_tools: frozenset[BuiltInTool] = frozenset()
     """The built-in tools to offer (filter ``BUILT_IN_TOOL_DEFINITIONS`` by it)."""
     interaction_mode: InteractionMode = InteractionMode.CHAT
-    """The turn's mode (plan mode is reserved)."""
+    """The turn's mode: ``chat``, ``planning`` (offer only ``write_todos``) or ``executing``."""
     session_settings: Mapping[str, Any] = field(default_factory=dict)
     """The turn's session settings; empty for none."""
     context_summary: ContextSummary | None = None
@@ -490,6 +495,17 @@ class UnfinishedTurnMessageBuilder(Protocol):
 
 
 @runtime_checkable
+class PlanModeRunner(Protocol):
+    """Optional: a runner for plan mode. In a ``planning`` turn it offers only
+    ``write_todos`` (and shows the plan with ``build_plan_note``)."""
+
+    @property
+    def supports_plan_mode(self) -> bool:
+        """``True`` when the runner honours planning turns."""
+        ...
+
+
+@runtime_checkable
 class ImageUserMessageBuilder(Protocol):
     """Optional: user messages with images. Without it, images are refused."""
 
@@ -559,4 +575,49 @@ def build_turn_failure_note(records: Sequence[AgentToolCall]) -> str:
             f"{describe_tool_call_outcome(record)}"
         )
     lines.append("Do not repeat these tool calls unless the user asks again.")
+    return "\n".join(lines)
+
+
+PLANNING_TURN_CALL_REJECTED = (
+    "The tool call was not run: a planning turn can only call write_todos."
+)
+"""What the model sees for a call other than ``write_todos`` in a planning turn."""
+
+
+def plan_execution_message(revision: int) -> str:
+    """The user message of the ``executing`` turn that runs plan ``revision``."""
+    return (
+        f"[Dex] The user approved plan revision {revision}. Execute it and keep the task "
+        "statuses current with write_todos."
+    )
+
+
+def build_plan_note(plan: AgentPlan | None, interaction_mode: InteractionMode) -> str | None:
+    """The note that shows the model the plan: user text a runner puts before the
+    turn's items in every model call while a plan exists or the turn plans;
+    ``None`` when there is neither."""
+    planning = interaction_mode is InteractionMode.PLANNING
+    shown = plan is not None and plan.status is not PlanStatus.CLEARED and bool(plan.todos)
+    if not shown and not planning:
+        return None
+    lines: list[str] = []
+    if shown:
+        assert plan is not None
+        lines.append(f"[Dex] The current plan (revision {plan.revision}, {plan.status.value}):")
+        lines.extend(
+            f"{index}. [{todo.status.value}] {todo.content}"
+            for index, todo in enumerate(plan.todos, start=1)
+        )
+    else:
+        lines.append("[Dex] There is no plan yet.")
+    if planning:
+        lines.append(
+            "This is a planning turn: write the plan, or revise it from the user's feedback, "
+            "with write_todos. Do not carry it out yet; you may ask a clarifying question "
+            "instead."
+        )
+    elif interaction_mode is InteractionMode.EXECUTING:
+        lines.append("Carry out the plan and keep the task statuses current with write_todos.")
+    else:
+        lines.append("Keep the task statuses current with write_todos as you work.")
     return "\n".join(lines)

@@ -410,8 +410,9 @@ class CancelToolTask(_ToolStep):
 
 
 def cancel_task_options(tool_call_id: str) -> StepOptions:
-    """Per-movement options of ``CancelToolTask`` (reserved for ``cancel_turn``): 3 attempts
-    in 2 minutes, 30 s timeout, failure route ``RecordToolOutcomeUnknown``."""
+    """Per-movement options of ``CancelToolTask`` (``cancel_turn`` abandons a started
+    task): 3 attempts in 2 minutes, 30 s timeout, failure route
+    ``RecordToolOutcomeUnknown``."""
     load = (AGENT_TOOL_CALLS.load(tool_call_id),)
     return sync_options(
         execute_method_timeout=timedelta(seconds=30),

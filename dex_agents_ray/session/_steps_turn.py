@@ -29,15 +29,18 @@ from dex_agents_ray.session._movements import (
     timer_movement,
 )
 from dex_agents_ray.session._records import finish_record, sync_options
-from dex_agents_ray.session._runner import ImageUserMessageBuilder
+from dex_agents_ray.session._runner import ImageUserMessageBuilder, plan_execution_message
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,
     AGENT_MESSAGES,
+    AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
+    PENDING_PLAN_EXECUTION,
+    PLAN_EXECUTIONS,
     QUEUED_USER_MESSAGES,
     SESSION_SETTINGS,
     STEERED_USER_MESSAGES,
@@ -46,6 +49,7 @@ from dex_agents_ray.session._schema import (
     TURN_CONTROL_REQUESTS,
     Heartbeats,
     SessionConfig,
+    plan_execution_key,
 )
 from dex_agents_ray.session._settings import (
     INVALID_START_SESSION_SETTINGS_REASON,
@@ -56,10 +60,12 @@ from dex_agents_ray.session._turns import (
     begin_turn,
     end_controlled_turn,
     fail_turn,
+    planning_mode,
     turn_context,
     turn_records,
 )
 from dex_agents_ray.session._values import (
+    AgentPlan,
     AgentState,
     AgentStatus,
     AgentToolCall,
@@ -68,7 +74,9 @@ from dex_agents_ray.session._values import (
     AgentUserMessage,
     CancellationReason,
     FrameworkMessage,
+    InteractionMode,
     InterruptKind,
+    PlanStatus,
     ToolCallCompleted,
     utc_now,
 )
@@ -137,17 +145,26 @@ class StartAgentSession(_TurnStep):
 
 
 class AwaitUserMessage(_TurnStep):
-    """Waits for a queued user message and starts a turn with it."""
+    """Waits for, in this order, a steer, a queued user message, and (while the plan
+    is ``draft`` or ``active``) the approval of its current revision; starts a
+    ``chat`` or ``planning`` turn with the message, or an ``executing`` turn."""
 
     def get_step_options(self) -> StepOptions | None:
         return sync_options(
             execute_retry=_TURN_RETRY,
             execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
-            execute_lock_attributes=(TURN_CANCELLATION_REQUEST.lock(),),
+            execute_lock_attributes=(
+                TURN_CANCELLATION_REQUEST.lock(),
+                PENDING_PLAN_EXECUTION.lock(),
+            ),
         ).on_execute_failure_proceed_to(RecordTurnFailure)
 
     async def wait_for(self, context: AsyncContext, input: None) -> Wait:  # type: ignore[override]
-        return Wait.any_of(TURN_CONTROL_REQUESTS.for_one(), QUEUED_USER_MESSAGES.for_one())
+        conditions = [TURN_CONTROL_REQUESTS.for_one(), QUEUED_USER_MESSAGES.for_one()]
+        plan = _executable_plan(context)
+        if plan is not None:
+            conditions.append(PLAN_EXECUTIONS.for_one(plan_execution_key(plan.revision)))
+        return Wait.any_of(*conditions)
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context)
@@ -155,13 +172,52 @@ class AwaitUserMessage(_TurnStep):
             # A steer that came when no turn was left to apply it to.
             return dex.go_to(ApplyTurnControl, NO_TURN)
         messages = list(QUEUED_USER_MESSAGES.results(context))
-        if state is None or not messages:
+        if state is None:
             return dex.go_to(AwaitUserMessage, None)
         if state.active_turn_id is not None:
             # A turn left active by an earlier failure; start over cleanly.
             state = replace(state, active_turn_id=None)
-        begin_turn(context, self.config, state, _user_message(self.config, messages[0]))
+        if messages:
+            mode = planning_mode(context, messages[:1])
+            begin_turn(
+                context, self.config, state, _user_message(self.config, messages[0]), mode=mode
+            )
+            return dex.go_to(RunModel, None)
+        plan = _executable_plan(context)
+        approvals = (
+            list(PLAN_EXECUTIONS.results(context, plan_execution_key(plan.revision)))
+            if plan is not None
+            else []
+        )
+        if plan is None or not approvals:
+            return dex.go_to(AwaitUserMessage, None)  # a stale wake
+        self._execute_plan(context, state, plan)
         return dex.go_to(RunModel, None)
+
+    def _execute_plan(self, context: Context, state: AgentState, plan: AgentPlan) -> None:
+        """Start the ``executing`` turn of an approved plan revision."""
+        config = self.config
+        PENDING_PLAN_EXECUTION.delete(context)
+        turn_id = f"turn-{state.turn_count + 1}"
+        if plan.status is PlanStatus.DRAFT:
+            plan = replace(plan, status=PlanStatus.ACTIVE)
+            AGENT_PLAN.set(context, plan)
+            config.emit(
+                context,
+                AgentEventType.PLAN_UPDATED,
+                {"revision": plan.revision, "status": plan.status, "task_count": len(plan.todos)},
+                turn_id=turn_id,
+            )
+        config.emit(
+            context,
+            AgentEventType.PLAN_EXECUTION_STARTED,
+            {"revision": plan.revision},
+            turn_id=turn_id,
+        )
+        message = config.runner.build_user_message(plan_execution_message(plan.revision))
+        if not isinstance(message, FrameworkMessage):
+            raise TypeError(f"build_user_message returned a {type(message).__name__}")
+        begin_turn(context, config, state, message, mode=InteractionMode.EXECUTING)
 
 
 class RunModel(_TurnStep):
@@ -314,7 +370,8 @@ class ApplyTurnControl(Step[str]):
         if not steering:
             return dex.go_to(AwaitUserMessage, None)
         messages = [_user_message(config, entry.value) for entry in steering]
-        begin_turn(context, config, state, messages)
+        mode = planning_mode(context, [entry.value for entry in steering])
+        begin_turn(context, config, state, messages, mode=mode)
         return dex.go_to(RunModel, None)
 
 
@@ -396,6 +453,14 @@ class FinishTurnCancellation(Step[str]):
             cancellation_reason=CancellationReason.TURN_CANCELLED,
         )
         return None
+
+
+def _executable_plan(context: Context) -> AgentPlan | None:
+    """The plan while it is ``draft`` or ``active`` (one ``execute_plan`` can run)."""
+    plan: AgentPlan | None = AGENT_PLAN.get(context)
+    if plan is None or plan.status not in (PlanStatus.DRAFT, PlanStatus.ACTIVE):
+        return None
+    return plan
 
 
 def _failure_text(context: Context) -> str:

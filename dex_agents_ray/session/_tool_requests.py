@@ -31,7 +31,7 @@ from dex_agents_ray.session._movements import (
 )
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
 from dex_agents_ray.session._records import finish_record, interrupt_payload
-from dex_agents_ray.session._runner import DeferredToolCall
+from dex_agents_ray.session._runner import PLANNING_TURN_CALL_REJECTED, DeferredToolCall
 from dex_agents_ray.session._schema import (
     AGENT_PLAN,
     AGENT_TOOL_CALLS,
@@ -90,6 +90,8 @@ class _Deferral:
     now: datetime
     movements: list[StepMovement[Any]]
     interrupts: list[AgentInterrupt]
+    planning: bool = False
+    """A planning turn: only ``write_todos`` runs, and it writes a draft."""
 
     def emit(self, type: AgentEventType, payload: dict[str, Any]) -> None:
         self.config.emit(self.context, type, payload, turn_id=self.turn_id)
@@ -111,9 +113,11 @@ def defer_tool_calls(
     calls: Sequence[DeferredToolCall],
     first_order: int,
     now: datetime,
+    planning: bool = False,
 ) -> list[StepMovement[Any]]:
-    """Record every call and return the movements of those that wait or run."""
-    deferral = _Deferral(context, config, turn_id, now, [], [])
+    """Record every call and return the movements of those that wait or run. In a
+    planning turn every call but ``write_todos`` is rejected in this commit."""
+    deferral = _Deferral(context, config, turn_id, now, [], [], planning)
     enabled = config.options.built_in_tools
     todo_calls = sum(1 for call in calls if call.tool_name == BuiltInTool.WRITE_TODOS.value)
     for index, call in enumerate(calls):
@@ -142,7 +146,15 @@ def defer_tool_calls(
                 "requires_approval": record.requires_approval,
             },
         )
-        if built_in is None:
+        if planning and built_in is not BuiltInTool.WRITE_TODOS:
+            finish_record(
+                context,
+                config,
+                record,
+                AgentToolCallStatus.REJECTED,
+                output=PLANNING_TURN_CALL_REJECTED,
+            )
+        elif built_in is None:
             _defer_ordinary(deferral, record)
         elif built_in is BuiltInTool.WRITE_TODOS and todo_calls > 1:
             finish_record(
@@ -262,6 +274,8 @@ def _write_todos(deferral: _Deferral, record: AgentToolCall) -> None:
     current = AGENT_PLAN.get(context)
     revision = (current.revision if current is not None else 0) + 1
     status = plan_status(todos)
+    if deferral.planning and status is not PlanStatus.CLEARED:
+        status = PlanStatus.DRAFT  # reviewed by the user before it runs (execute_plan)
     AGENT_PLAN.set(
         context,
         AgentPlan(

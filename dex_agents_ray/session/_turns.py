@@ -23,6 +23,7 @@ from dex_agents_ray.session._runner import (
     build_turn_failure_note,
 )
 from dex_agents_ray.session._schema import (
+    AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
@@ -43,9 +44,11 @@ from dex_agents_ray.session._values import (
     AgentStatus,
     AgentToolCall,
     AgentUsage,
+    AgentUserMessage,
     FrameworkMessage,
     InteractionMode,
     MessageRole,
+    PlanStatus,
     TurnReplySequence,
     TurnSessionSettings,
     utc_now,
@@ -94,9 +97,11 @@ def begin_turn(
     config: SessionConfig,
     state: AgentState,
     message: FrameworkMessage | Sequence[FrameworkMessage],
+    *,
+    mode: InteractionMode = InteractionMode.CHAT,
 ) -> AgentState:
     """Store the turn's user message(s) (a steered turn has one per steered message,
-    in order) and make the turn active (status ``running_model``)."""
+    in order) and make the turn active (status ``running_model``) in ``mode``."""
     messages = [message] if isinstance(message, FrameworkMessage) else list(message)
     if not messages:
         raise ValueError("a turn starts with at least one user message")
@@ -128,7 +133,7 @@ def begin_turn(
     started = replace(
         state,
         status=AgentStatus.RUNNING_MODEL,
-        interaction_mode=InteractionMode.CHAT,
+        interaction_mode=mode,
         turn_count=turn_number,
         active_turn_id=turn_id,
         last_sequence=last,
@@ -137,6 +142,14 @@ def begin_turn(
     AGENT_STATE.set(context, started)
     config.emit(context, AgentEventType.TURN_STARTED, {"sequence": first}, turn_id=turn_id)
     return started
+
+
+def planning_mode(context: Context, messages: Sequence[AgentUserMessage]) -> InteractionMode:
+    """``planning`` when a message asks for plan mode or a draft plan exists, else ``chat``."""
+    plan = AGENT_PLAN.get(context)
+    if any(m.plan_mode for m in messages) or (plan is not None and plan.status is PlanStatus.DRAFT):
+        return InteractionMode.PLANNING
+    return InteractionMode.CHAT
 
 
 def turn_session_settings(context: Context, turn_id: str) -> dict[str, Any]:
@@ -169,6 +182,7 @@ def turn_context(
         enabled_built_in_tools=options.built_in_tools,
         interaction_mode=state.interaction_mode,
         session_settings=turn_session_settings(context, state.active_turn_id),
+        plan=AGENT_PLAN.get(context),
         tool_policies=options.tool_policies,
         default_tool_effect=options.default_tool_effect,
         step_execution_id=context.step_execution_id,
@@ -395,6 +409,7 @@ def _apply_tool_calls(
         calls=calls,
         first_order=first_order,
         now=utc_now(),
+        planning=state.interaction_mode is InteractionMode.PLANNING,
     )
     FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
     AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))

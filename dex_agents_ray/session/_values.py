@@ -519,9 +519,9 @@ class InteractionMode(StrEnum):
     CHAT = "chat"
     """An ordinary turn."""
     PLANNING = "planning"
-    """A plan-mode turn that may only call ``write_todos`` (reserved)."""
+    """A plan-mode turn that may only call ``write_todos``."""
     EXECUTING = "executing"
-    """A turn that executes an approved plan (reserved)."""
+    """A turn that executes an approved plan."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -561,7 +561,7 @@ class AgentUserMessage:
     images: tuple[AgentImageReference, ...] = ()
     """Image references; empty for none. Needs an ``ImageUserMessageBuilder`` runner."""
     plan_mode: bool = False
-    """Start a planning turn (reserved for plan mode)."""
+    """Start a planning turn (plan mode must be enabled)."""
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -592,7 +592,7 @@ class CancellationReason(StrEnum):
 
 
 class TurnControlKind(StrEnum):
-    """What a ``TurnControlRequests`` message asks (reserved for steering)."""
+    """What a ``TurnControlRequests`` message asks."""
 
     STEER = "steer"
     """Apply steered messages at the next safe boundary."""
@@ -602,7 +602,7 @@ class TurnControlKind(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class TurnControlRequest:
-    """Internal, reserved for steering: wakes the turn's waiting Steps."""
+    """Internal: wakes the turn's waiting Steps for a steer."""
 
     kind: TurnControlKind
     """Steer or cancel."""
@@ -615,7 +615,7 @@ class TurnControlRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class TurnCancellationRequest:
-    """Reserved for ``cancel_turn``: the cancellation it recorded."""
+    """The cancellation ``cancel_turn`` recorded (written only by it)."""
 
     turn_id: str
     """The cancelled turn."""
@@ -628,7 +628,7 @@ class TurnCancellationRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolCallCancellation:
-    """Internal, reserved: wakes one waiting call to record it cancelled."""
+    """Internal: wakes one waiting call to record it cancelled."""
 
     tool_call_id: str
     """The call."""
@@ -694,7 +694,7 @@ class AgentPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanExecutionRequest:
-    """Reserved for plan mode: an approval to execute one plan revision."""
+    """An approval to execute one plan revision (``execute_plan``)."""
 
     revision: int
     """The approved revision."""

@@ -46,3 +46,31 @@ def build_flow() -> AgentSessionFlow:
         tools=[lookup_order],
     )
     return builtin_agent_session_flow(support_agent, flow_type="BuiltinSupportAgent")
+
+
+def plan_reply(request: ModelRequest) -> ScriptedModelReply:
+    """Plan mode: write a draft with write_todos, then say what the model saw."""
+    offered = sorted(tool.name for tool in request.tools)
+    notes = [text for text in ScriptedModelClient.user_texts(request) if text.startswith("[Dex]")]
+    if ScriptedModelClient.tool_results(request):
+        return ScriptedModelReply(text=f"offered={offered}; note={notes[0].splitlines()[0]}")
+    if "write_todos" not in offered:
+        return ScriptedModelReply(text=f"offered={offered}; notes={len(notes)}")
+    todos = {"todos": [{"content": "back up", "status": "pending"}]}
+    return ScriptedModelReply(
+        tool_calls=[ScriptedToolCall(tool_call_id="t1", tool_name="write_todos", arguments=todos)]
+    )
+
+
+def build_plan_flow() -> AgentSessionFlow:
+    from dex_agents_ray import BuiltInTool
+
+    agent = AgentDefinition(
+        name="planner",
+        instructions="You plan.",
+        model=ScriptedModelClient(plan_reply),
+        tools=[lookup_order],
+        built_in_tools=frozenset({BuiltInTool.WRITE_TODOS}),
+        plan_mode_enabled=True,
+    )
+    return builtin_agent_session_flow(agent, flow_type="BuiltinPlanner")

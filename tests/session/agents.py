@@ -212,6 +212,20 @@ class CancellingTaskRunner(TaskRunner):
             await FileGate(self.state_dir, f"cancel-{cancellation.attempt}").wait_for_release()
 
 
+class PlanningRunner(ScriptedRunner):
+    """A ``ScriptedRunner`` for plan mode (``PlanModeRunner``); it logs each model
+    call's interaction mode and plan revision to ``modes.log``."""
+
+    @property
+    def supports_plan_mode(self) -> bool:
+        return True
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        revision = None if turn.plan is None else turn.plan.revision
+        self.log("modes").record(f"{turn.turn_id}/{turn.interaction_mode.value}/{revision}")
+        return await super().run_model_step(turn)
+
+
 class ImageRunner(ScriptedRunner):
     """A ``ScriptedRunner`` that takes user messages with images."""
 

@@ -118,6 +118,7 @@ def test_registry_accepts_the_flow_with_every_step_and_persistence_name() -> Non
         "answer_question",
         "cancel_turn",
         "delete_queued_message",
+        "execute_plan",
         "get_agent_snapshot",
         "list_agent_messages",
         "resolve_interrupt",
@@ -323,7 +324,7 @@ def test_misuse_is_refused_with_a_clear_error() -> None:
         AgentSessionFlow(ScriptedRunner("/tmp/x", {}, {}), flow_type=" ")
     with pytest.raises(TypeError, match="AgentFrameworkRunner"):
         AgentSessionFlow(object(), flow_type="X")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="plan_mode_enabled"):
+    with pytest.raises(ValueError, match="plan_mode_enabled needs write_todos"):
         AgentSessionOptions(plan_mode_enabled=True)
     with pytest.raises(TypeError, match="tool_policies"):
         AgentSessionOptions(tool_policies={"x": "read"})  # type: ignore[dict-item]

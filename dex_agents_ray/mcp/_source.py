@@ -39,6 +39,7 @@ from dex_agents_ray.session import (
     DeferredToolExecution,
     DeferredToolOutcome,
     ToolCallStepOptions,
+    ToolEffect,
     ToolExecutionError,
     ToolExecutionResult,
     ToolPolicy,
@@ -303,12 +304,17 @@ class McpToolSource:
             reference = json.dumps({"server": tool.server_name, "tool": tool.mcp_name})
         elif tool is not None:
             reference = json.dumps({"builtin": tool.name})
+        policy = self._policy(turn, tool, tool_name)
+        # A declared write runs in the model's order after the response's earlier
+        # writes, and is skipped after one that did not succeed (Dex MCP conventions).
+        declared = tool is not None and tool.effect is not None and tool.effect_declared
         return DeferredToolCall(
             tool_call_id=tool_call_id,
             tool_name=tool_name,
             arguments=arguments,
-            policy=self._policy(turn, tool, tool_name),
+            policy=policy,
             tool_source_reference=reference,
+            ordered=declared and policy.effect is not ToolEffect.READ,
         )
 
     async def deferred_tool_handlers(self) -> dict[str, DeferredToolHandler]:

@@ -47,6 +47,7 @@ from dex_agents_ray.session._metadata import ModelCallMetadata
 from dex_agents_ray.session._policy import (
     MISSING_TOOL_TASK_POLLER,
     TOOL_CALL_NOT_RUN_ERROR_PREFIX,
+    TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL,
     BuiltInTool,
     ToolEffect,
     ToolExecutionError,
@@ -283,4 +284,5 @@ __all__ = [
     "PLANNING_TURN_CALL_REJECTED",
     "PlanModeRunner",
     "build_plan_note",
+    "TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL",
 ]

@@ -14,6 +14,7 @@ from enum import StrEnum
 __all__ = [
     "MISSING_TOOL_TASK_POLLER",
     "TOOL_CALL_NOT_RUN_ERROR_PREFIX",
+    "TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL",
     "BuiltInTool",
     "ToolEffect",
     "ToolExecutionError",
@@ -23,6 +24,8 @@ __all__ = [
 ]
 
 TOOL_CALL_NOT_RUN_ERROR_PREFIX = "the tool did not run, so it is safe to call again"
+TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL = "an earlier write of the same response did not succeed"
+"""Why an ordered write was skipped (after ``TOOL_CALL_NOT_RUN_ERROR_PREFIX + ": "``)."""
 """Start of ``error`` on a call whose tool Step never started (``NOT_STARTED``)."""
 
 MISSING_TOOL_TASK_POLLER = (

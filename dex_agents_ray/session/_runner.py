@@ -251,6 +251,10 @@ class DeferredToolCall:
     """Opaque text stored on the record for the tool's source; ``None`` for none."""
     runner_tool_state: str | None = None
     """Opaque runner data stored on the record; ``None`` for none."""
+    ordered: bool = False
+    """An ordered write: the response's ordered calls run one at a time in the
+    model's order (reads run in parallel), and once one does not succeed the
+    later ones are skipped. Connector writes and declared MCP writes set it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,10 @@ from dex_agents_ray.session._movements import (
     question_movement,
     timer_movement,
 )
+from dex_agents_ray.session._policy import (
+    TOOL_CALL_NOT_RUN_ERROR_PREFIX,
+    TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL,
+)
 from dex_agents_ray.session._records import finish_record, sync_options
 from dex_agents_ray.session._runner import ImageUserMessageBuilder, plan_execution_message
 from dex_agents_ray.session._schema import (
@@ -55,6 +59,7 @@ from dex_agents_ray.session._settings import (
     INVALID_START_SESSION_SETTINGS_REASON,
     session_settings_problem,
 )
+from dex_agents_ray.session._tool_requests import start_queued_write
 from dex_agents_ray.session._turns import (
     apply_outcome,
     begin_turn,
@@ -248,6 +253,9 @@ class RunModel(_TurnStep):
             return dex.dead_end()  # FinishTurnCancellation ends the turn
         if steered(context):
             return dex.go_to(ApplyTurnControl, state.active_turn_id)
+        queued = _queued_writes(turn_records(context))
+        if queued:
+            return _next_queued_write(context, config, state, queued)
         if state.status is not AgentStatus.RUNNING_MODEL:
             state = replace(state, status=AgentStatus.RUNNING_MODEL)
         beats = Heartbeats(context, None)
@@ -289,7 +297,7 @@ class ResumeTurn(Step[int]):
             wake_waiting_calls(context, records, reason)
         results: list[ToolCallCompleted] = list(TOOL_CALL_RESULTS.results(context))
         ours = sum(1 for result in results if result.turn_id == turn_id)
-        unfinished = sum(1 for record in records if not record.is_final)
+        unfinished = sum(1 for r in records if not r.is_final and not r.write_queued)
         remaining = max(input - ours, unfinished)
         if remaining > 0:
             return dex.go_to(ResumeTurn, remaining)
@@ -356,6 +364,20 @@ class ApplyTurnControl(Step[str]):
         for entry in steering:
             STEERED_USER_MESSAGES.delete(context, entry.message_id)
         if input != NO_TURN:
+            reason = (
+                CancellationReason.TURN_CANCELLED
+                if cancelled(context, input)
+                else CancellationReason.STEERED
+            )
+            for record in _queued_writes(turn_records(context)):
+                finish_record(
+                    context,
+                    config,
+                    record,
+                    AgentToolCallStatus.REJECTED,
+                    cancellation_reason=reason,
+                    write_queued=False,
+                )
             writer = config.event_writer(context, input)
             writer.close()
             turn = turn_context(context, config, state, writer, Heartbeats(context, None).beat)
@@ -409,6 +431,16 @@ class FinishTurnCancellation(Step[str]):
         """Record one call whose wait ``cancel_turn`` cancelled; a movement where its
         own Step must finish it (a started task, an answer or Timer that came first)."""
         config, status = self.config, record.status
+        if record.write_queued:
+            finish_record(
+                context,
+                config,
+                record,
+                AgentToolCallStatus.REJECTED,
+                cancellation_reason=CancellationReason.TURN_CANCELLED,
+                write_queued=False,
+            )
+            return None
         if status is AgentToolCallStatus.WAITING_FOR_TASK or (
             status is AgentToolCallStatus.AWAITING_ANSWER and record.task_id is not None
         ):
@@ -453,6 +485,40 @@ class FinishTurnCancellation(Step[str]):
             cancellation_reason=CancellationReason.TURN_CANCELLED,
         )
         return None
+
+
+def _queued_writes(records: list[AgentToolCall]) -> list[AgentToolCall]:
+    """The turn's ordered writes that wait for the one before them, in model order."""
+    return [r for r in records if r.write_queued and not r.is_final]
+
+
+def _next_queued_write(
+    context: Context, config: SessionConfig, state: AgentState, queued: list[AgentToolCall]
+) -> StepDecision:
+    """Before any model call: start the next queued ordered write, or, once the write
+    before it did not succeed, skip every queued one (``failed``, ``skipped``)."""
+    first = queued[0]
+    earlier = [
+        r
+        for r in turn_records(context)
+        if r.ordered and not r.write_queued and r.deferral_order < first.deferral_order
+    ]
+    previous = max(earlier, key=lambda r: r.deferral_order, default=None)
+    AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
+    if previous is not None and previous.status is not AgentToolCallStatus.SUCCEEDED:
+        for record in queued:
+            finish_record(
+                context,
+                config,
+                record,
+                AgentToolCallStatus.FAILED,
+                error=f"{TOOL_CALL_NOT_RUN_ERROR_PREFIX}: {TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL}",
+                skipped=True,
+                write_queued=False,
+            )
+        return dex.go_to(ResumeTurn, len(queued))
+    movement = start_queued_write(context, config, first, utc_now())
+    return dex.go_to_many(movement, dex.StepMovement.of(ResumeTurn, 1))
 
 
 def _executable_plan(context: Context) -> AgentPlan | None:

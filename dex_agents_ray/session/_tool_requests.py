@@ -114,12 +114,16 @@ def defer_tool_calls(
     first_order: int,
     now: datetime,
     planning: bool = False,
-) -> list[StepMovement[Any]]:
-    """Record every call and return the movements of those that wait or run. In a
-    planning turn every call but ``write_todos`` is rejected in this commit."""
+) -> tuple[list[StepMovement[Any]], int]:
+    """Record every call; the movements of those that wait or run, and how many
+    ordered writes wait queued (no result comes for them until ``RunModel`` starts
+    them). In a planning turn every call but ``write_todos`` is rejected in this
+    commit."""
     deferral = _Deferral(context, config, turn_id, now, [], [], planning)
     enabled = config.options.built_in_tools
     todo_calls = sum(1 for call in calls if call.tool_name == BuiltInTool.WRITE_TODOS.value)
+    writing = False
+    queued = 0
     for index, call in enumerate(calls):
         built_in = BuiltInTool(call.tool_name) if call.tool_name in enabled else None
         effect = ToolEffect.READ if built_in is not None else call.policy.effect
@@ -136,6 +140,7 @@ def defer_tool_calls(
             tool_source_reference=call.tool_source_reference,
             runner_tool_state=call.runner_tool_state,
             created_at=now,
+            ordered=built_in is None and bool(call.ordered),
         )
         deferral.emit(
             AgentEventType.TOOL_CALL_DEFERRED,
@@ -154,7 +159,12 @@ def defer_tool_calls(
                 AgentToolCallStatus.REJECTED,
                 output=PLANNING_TURN_CALL_REJECTED,
             )
+        elif built_in is None and record.ordered and writing:
+            # Runs after the response's ordered writes before it (RunModel starts it).
+            AGENT_TOOL_CALLS.set(context, record.tool_call_id, _with(record, write_queued=True))
+            queued += 1
         elif built_in is None:
+            writing = writing or record.ordered
             _defer_ordinary(deferral, record)
         elif built_in is BuiltInTool.WRITE_TODOS and todo_calls > 1:
             finish_record(
@@ -165,7 +175,20 @@ def defer_tool_calls(
     if deferral.interrupts:
         pending = PENDING_INTERRUPTS.get(context) or []
         PENDING_INTERRUPTS.set(context, [*pending, *deferral.interrupts])
-    return deferral.movements
+    return deferral.movements, queued
+
+
+def start_queued_write(
+    context: Context, config: SessionConfig, record: AgentToolCall, now: datetime
+) -> StepMovement[Any]:
+    """Start an ordered write that waited for the one before it: raise its approval
+    now, or move to its tool Step."""
+    deferral = _Deferral(context, config, record.turn_id, now, [], [])
+    _defer_ordinary(deferral, _with(record, write_queued=False))
+    if deferral.interrupts:
+        pending = PENDING_INTERRUPTS.get(context) or []
+        PENDING_INTERRUPTS.set(context, [*pending, *deferral.interrupts])
+    return deferral.movements[0]
 
 
 def _defer_ordinary(deferral: _Deferral, record: AgentToolCall) -> None:

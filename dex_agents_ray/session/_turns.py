@@ -402,7 +402,7 @@ def _apply_tool_calls(
         return fail_turn(context, config, state, f"invalid tool calls: {error}", turn)
     assert state.active_turn_id is not None
     first_order = max((r.deferral_order for r in turn.tool_calls.values()), default=-1) + 1
-    movements = defer_tool_calls(
+    movements, queued = defer_tool_calls(
         context,
         config,
         turn_id=state.active_turn_id,
@@ -414,4 +414,4 @@ def _apply_tool_calls(
     FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
     AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
     _, resume_turn = _run_model()
-    return dex.go_to_many(*movements, dex.StepMovement.of(resume_turn, len(calls)))
+    return dex.go_to_many(*movements, dex.StepMovement.of(resume_turn, len(calls) - queued))

@@ -343,11 +343,12 @@ class AgentToolCall:
     runner_tool_state: str | None = None
     """Opaque runner data carried from ``RunModel`` to the tool Step; ``None`` for none."""
     ordered: bool = False
-    """Reserved for ordered writes; ``False``."""
+    """An ordered write (``DeferredToolCall.ordered``): the response's ordered writes
+    run one at a time in the model's order."""
     write_queued: bool = False
-    """Reserved for ordered writes; ``False``."""
+    """An ordered write waiting for the one before it; ``RunModel`` starts it."""
     skipped: bool = False
-    """Reserved for ordered writes; ``False``."""
+    """Not run because an earlier ordered write of the response did not succeed."""
     truncated_output_bytes: int | None = None
     """Full size of an output that was cut; ``None`` when nothing was cut."""
     interrupt_id: str | None = None

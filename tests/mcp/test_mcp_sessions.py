@@ -171,3 +171,28 @@ async def test_cancel_turn_sends_tasks_cancel_for_a_task_that_asked_a_question(
     events = await read_events(sessions, "cancel", until_type="turn_cancelled")
     finished = [e.payload for e in events if e.type.value == "tool_call_finished"]
     assert [p["status"] for p in finished] == ["outcome_unknown"]
+
+
+async def test_declared_writes_run_in_order_and_stop_after_one_that_failed(
+    engine_factory: Any, mcp_http: HttpMcpServer
+) -> None:
+    tools = McpToolSource([McpStreamableHttpServerConfig(name="t", url=mcp_http.url)])
+    flow = mcp_flow(
+        "McpOrdered",
+        tools,
+        [
+            ("c1", "t__declared_fail", {}),
+            ("c2", "t__declared_once", {}),
+            ("c3", "t__echo", {"text": "read"}),
+        ],
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("ordered", "go")
+    done = await _answer(sessions, "ordered")
+
+    answer = done.messages[-1].text or ""
+    assert "t__declared_fail: The tool call failed: " in answer
+    assert "t__declared_once: The tool call failed: the tool did not run" in answer
+    assert mcp_http.state.called("declared_once") == []  # skipped: never sent, never asked
+    assert len(mcp_http.state.called("echo")) == 1  # the read ran anyway

@@ -50,6 +50,7 @@ class Call:
     tool_call_id: str
     tool_name: str
     arguments: Mapping[str, object] = field(default_factory=dict)
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class ScriptedRunner:
                     tool_name=call.tool_name,
                     arguments=json.dumps(call.arguments),
                     policy=turn.resolve_tool_policy(call.tool_name),
+                    ordered=call.ordered,
                 )
                 for call in reply.calls
             ]

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from dex_agents_ray import (
+    TOOL_CALL_NOT_RUN_ERROR_PREFIX,
+    TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL,
     AgentEventType,
     AgentSessionClient,
     AgentSessionOptions,
@@ -259,3 +261,86 @@ async def test_a_host_killed_right_after_the_cancel_finishes_it_on_restart(
     FileGate(state_dir, "model-think").release()
     assert await sessions.send_user_message("s-1", "again")
     await snapshot_when(sessions, "s-1", turn_done(2), timeout=120)
+
+
+async def test_ordered_writes_run_one_at_a_time_and_stop_after_a_failure(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """Three ordered writes where the second fails: the third is skipped, the reads
+    ran in parallel with the first, and the second's approval came only when it
+    started; no model call came between the writes."""
+    calls = [
+        Call("r1", "lookup"),
+        Call("w1", "write1", ordered=True),
+        Call("w2", "write2", ordered=True),
+        Call("w3", "write3", ordered=True),
+        Call("r2", "lookup"),
+    ]
+    policies = {
+        **POLICIES,
+        "write1": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, requires_approval=False),
+        "write2": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, requires_approval=True),
+        "write3": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, requires_approval=False),
+    }
+    flow = build_flow(
+        state_dir,
+        {"write": [Reply(calls=calls), Reply()]},
+        {"write1": "gate", "write2": "fail"},
+        options=AgentSessionOptions(tool_policies=policies),
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "write")
+    await FileGate(state_dir, "write1-1").wait_until_reached(timeout=120)
+
+    def reads_done(snapshot: AgentSnapshot) -> bool:
+        done = {r.tool_call_id for r in snapshot.tool_calls if r.is_final}
+        return {"r1", "r2"} <= done
+
+    running = await snapshot_when(sessions, "s-1", reads_done, description="the reads")
+    queued = {r.tool_call_id: r for r in running.tool_calls}
+    assert queued["w2"].write_queued and queued["w3"].write_queued
+    assert running.pending_interrupts == ()  # w2 asks only once it starts
+    FileGate(state_dir, "write1-1").release()
+
+    asked = await snapshot_when(sessions, "s-1", has_interrupt, description="w2's approval")
+    assert [i.tool_call_id for i in asked.pending_interrupts] == ["w2"]
+    assert await sessions.resolve_interrupt("s-1", "w2", approved=True)
+    done = await snapshot_when(sessions, "s-1", turn_done(1))
+
+    assert done.messages[-1].text == "; ".join(
+        [
+            "lookup=echo {}",
+            "write1=write1 done",
+            "write2=The tool call failed: write2 refused",
+            f"write3=The tool call failed: {TOOL_CALL_NOT_RUN_ERROR_PREFIX}: "
+            f"{TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL}",
+            "lookup=echo {}",
+        ]
+    )
+    assert InvocationLog(state_dir / "write3.log").entries() == []
+    assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1", "turn-1/1/1"]
+
+
+async def test_a_steer_cancels_queued_writes(engine_factory: Any, state_dir: Path) -> None:
+    calls = [Call("w1", "write1", ordered=True), Call("w2", "write2", ordered=True)]
+    policies = {
+        "write1": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, requires_approval=False),
+        "write2": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, requires_approval=False),
+    }
+    flow = build_flow(
+        state_dir,
+        {"write": [Reply(calls=calls), Reply()], "stop": [Reply()]},
+        {"write1": "gate"},
+        options=AgentSessionOptions(tool_policies=policies),
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s-1", "write")
+    await FileGate(state_dir, "write1-1").wait_until_reached(timeout=120)
+    assert await sessions.steer_user_message("s-1", text="stop")
+    FileGate(state_dir, "write1-1").release()
+    done = await snapshot_when(sessions, "s-1", turn_done(2))
+    assert InvocationLog(state_dir / "write2.log").entries() == []
+    note = [m.text or "" for m in done.messages if m.turn_id == "turn-1"][-1]
+    assert "write1" in note and "superseded_by_steered_user_message" in note

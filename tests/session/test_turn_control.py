@@ -140,16 +140,20 @@ async def test_cancel_ends_every_wait_and_answers_then_return_false(
         Call("q1", "ask_user", {"question": "Color?", "choices": ["red"]}),
         Call("w1", "durable_wait", {"duration_seconds": 3600, "reason": "later"}),
         Call("c2", "lookup"),
+        Call("q2", "ask_user", {"question": "Size?", "choices": ["s"]}),
+        Call("q3", "ask_user", {"choices": ["x"]}),  # invalid: fails at once
     ]
     flow = build_flow(state_dir, {"wait": [Reply(calls=calls), Reply()]}, options=OPTIONS)
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
     await sessions.start_session("s-1", "wait")
     waiting = await snapshot_when(
-        sessions, "s-1", lambda s: len(s.pending_interrupts) == 2, description="two interrupts"
+        sessions, "s-1", lambda s: len(s.pending_interrupts) == 3, description="three interrupts"
     )
     assert waiting.state is not None and waiting.state.active_turn_id == "turn-1"
 
+    # An answer that commits before the cancel is the call's result.
+    assert await sessions.answer_question("s-1", "q2", "s")
     assert await sessions.cancel_turn("s-1", "turn-1")
     assert not await sessions.resolve_interrupt("s-1", "c1", approved=True)
     assert not await sessions.answer_question("s-1", "q1", "red")
@@ -166,11 +170,14 @@ async def test_cancel_ends_every_wait_and_answers_then_return_false(
         "q1": AgentToolCallStatus.REJECTED,
         "w1": AgentToolCallStatus.REJECTED,
         "c2": AgentToolCallStatus.SUCCEEDED,
+        "q2": AgentToolCallStatus.SUCCEEDED,
+        "q3": AgentToolCallStatus.FAILED,
     }
     resolved = [e.payload for e in events if e.type is AgentEventType.INTERRUPT_RESOLVED]
     assert {(p["interrupt_id"], p["cancellation_reason"]) for p in resolved} == {
         ("c1", CancellationReason.TURN_CANCELLED),
         ("q1", CancellationReason.TURN_CANCELLED),
+        ("q2", None),
     }
     # One model call: the cancelled turn never went back to the model.
     assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1"]

@@ -196,3 +196,33 @@ async def test_declared_writes_run_in_order_and_stop_after_one_that_failed(
     assert "t__declared_once: The tool call failed: the tool did not run" in answer
     assert mcp_http.state.called("declared_once") == []  # skipped: never sent, never asked
     assert len(mcp_http.state.called("echo")) == 1  # the read ran anyway
+
+
+async def test_cancel_turn_during_a_task_poll_sends_tasks_cancel(
+    engine_factory: Any, mcp_http: HttpMcpServer
+) -> None:
+    tools = McpToolSource([McpStreamableHttpServerConfig(name="t", url=mcp_http.url)])
+    flow = mcp_flow("McpCancelPoll", tools, [("c1", "t__task_gated", {})])
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("poll", "go")
+
+    def polling(snapshot: AgentSnapshot) -> bool:
+        return any(r.status.value == "waiting_for_task" for r in snapshot.tool_calls)
+
+    await snapshot_when(sessions, "poll", polling, timeout=120, description="the task poll")
+    [task_id] = list(mcp_http.state.tasks)
+    assert await sessions.cancel_turn("poll", "turn-1")
+    done = await snapshot_when(
+        sessions,
+        "poll",
+        lambda s: s.state is not None and s.state.active_turn_id is None,
+        timeout=120,
+    )
+    assert done.state is not None and done.state.last_turn_error is None
+    assert mcp_http.state.cancels == [task_id]
+    assert mcp_http.state.tasks[task_id].status == "cancelled"
+    events = await read_events(sessions, "poll", until_type="turn_cancelled")
+    finished = [e.payload for e in events if e.type.value == "tool_call_finished"]
+    assert [p["status"] for p in finished] == ["outcome_unknown"]

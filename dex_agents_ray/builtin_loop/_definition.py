@@ -26,7 +26,7 @@ from dex_agents_ray.builtin_loop._tool_source import (
     ToolSource,
     ToolSourceRouter,
 )
-from dex_agents_ray.session._api import DEFAULT_EVENT_STREAM_CAPACITY_BYTES
+from dex_agents_ray.session._api import DEFAULT_EVENT_STREAM_CAPACITY_BYTES, CompactionPolicy
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
 from dex_agents_ray.session._values import AgentPlan, InteractionMode
 
@@ -209,6 +209,8 @@ class AgentDefinition:
     """Maps the turn's session settings to a model client; ``None`` always uses ``model``."""
     tool_source_listing_timeout: timedelta = DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT
     """How long each model call waits for one source's listing (10 seconds)."""
+    compaction: CompactionPolicy | None = None
+    """Summarize older messages to stay under the context window; ``None`` never does."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -240,6 +242,8 @@ class AgentDefinition:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"AgentDefinition.{name} must be a function or None")
+        if self.compaction is not None and not isinstance(self.compaction, CompactionPolicy):
+            raise TypeError("AgentDefinition.compaction must be a CompactionPolicy or None")
         self._check_tool_names()
         self._check_plan_mode()
 

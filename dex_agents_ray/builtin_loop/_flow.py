@@ -15,7 +15,7 @@ def builtin_agent_session_options(definition: AgentDefinition) -> AgentSessionOp
     """The ``AgentSessionOptions`` an agent's session Flow runs with.
 
     Takes the definition's tool policies, default tool effect, built-in
-    tools, interrupt deadline, event stream capacity and plan mode.
+    tools, interrupt deadline, event stream capacity, plan mode and compaction.
     """
     return AgentSessionOptions(
         tool_policies=dict(definition.tool_policies),
@@ -24,6 +24,7 @@ def builtin_agent_session_options(definition: AgentDefinition) -> AgentSessionOp
         interrupt_deadline=definition.interrupt_deadline,
         built_in_tools=definition.built_in_tools,
         plan_mode_enabled=definition.plan_mode_enabled,
+        compaction=definition.compaction,
     )
 
 

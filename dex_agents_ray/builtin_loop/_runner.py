@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from dex_agents_ray.builtin_loop._function_tool import (
     FunctionToolResult,
     ToolCallContext,
 )
-from dex_agents_ray.builtin_loop._items import item_message
+from dex_agents_ray.builtin_loop._items import decode_item, item_message
 from dex_agents_ray.builtin_loop._model import (
     ModelClient,
     ModelOutputItem,
@@ -56,6 +56,14 @@ from dex_agents_ray.media import (
     validate_image_references,
 )
 from dex_agents_ray.session._builtin_tools import built_in_tool_definitions
+from dex_agents_ray.session._compaction import (
+    CONTEXT_SUMMARY_INSTRUCTIONS,
+    CONTEXT_SUMMARY_NOTE_HEADER,
+    ContextSummaryRequest,
+    ContextSummaryResult,
+    build_context_summary_prompt,
+    estimate_text_tokens,
+)
 from dex_agents_ray.session._policy import (
     BuiltInTool,
     ToolEffect,
@@ -80,6 +88,7 @@ from dex_agents_ray.session._runner import (
     build_plan_note,
 )
 from dex_agents_ray.session._values import (
+    AgentMessage,
     AgentToolCall,
     AgentUsage,
     FrameworkMessage,
@@ -209,6 +218,64 @@ class BuiltinLoopAgentRunner:
             return []
         return [item_message(result) for result in build_transcript(turn).new_results]
 
+    # -- compaction (ContextCompactionRunner) -------------------------------------------
+
+    async def estimate_input_tokens(self, turn: AgentTurnContext) -> int:
+        """The model client's estimate of the turn's next request: the instructions,
+        the summary and plan notes, every stored item and the function and
+        built-in tool definitions (source tools are not listed for it)."""
+        transcript = build_transcript(turn)
+        built_ins = [
+            ModelToolDefinition(
+                name=d.name.value, description=d.description, parameters_schema=d.parameters_schema
+            )
+            for d in built_in_tool_definitions(turn.enabled_built_in_tools)
+        ]
+        functions = [tool.definition() for tool in self._function_tools.values()]
+        request = ModelRequest(
+            instructions=await self._instructions(turn),
+            input=without_images(_model_input(turn, transcript)),
+            tools=functions + built_ins,
+            settings=self.definition.model_settings,
+        )
+        estimate = self._model(turn).estimate_input_tokens(request)
+        if isinstance(estimate, bool) or not isinstance(estimate, int):
+            raise TypeError("ModelClient.estimate_input_tokens must return an int")
+        return estimate
+
+    def select_compaction_cutoff(
+        self, turn: AgentTurnContext, retained_token_budget: int
+    ) -> int | None:
+        """The earliest cut whose later messages fit ``retained_token_budget``
+        (``estimate_text_tokens`` of each stored item), cutting only between model
+        responses whose tool calls all have stored results; ``None`` without one."""
+        return select_whole_group_cutoff(turn.messages, retained_token_budget)
+
+    async def summarize_context(self, request: ContextSummaryRequest) -> ContextSummaryResult:
+        """One summary call: ``CONTEXT_SUMMARY_INSTRUCTIONS``, no tools, the previous
+        summary and the messages as one prompt that fits the budget (less the
+        definition's ``max_output_tokens``)."""
+        settings = self.definition.model_settings
+        budget = request.input_token_budget - (settings.max_output_tokens or 0)
+        prompt = build_context_summary_prompt(
+            dataclasses.replace(request, input_token_budget=max(budget, 1))
+        )
+        model = self._model_for(request.session_settings)
+        summary_request = ModelRequest(
+            instructions=CONTEXT_SUMMARY_INSTRUCTIONS,
+            input=[UserTextItem(text=prompt)],
+            settings=settings,
+        )
+        events: Any = request.events if request.events is not None else _SilentOutput()
+        response = await model.call_model(summary_request, events)
+        if not isinstance(response, ModelResponse):
+            raise TypeError(f"the model client returned {type(response).__name__}")
+        return ContextSummaryResult(
+            text=response.text,
+            usage=_agent_usage(response.usage),
+            model_call_metadata=response.model_call_metadata,
+        )
+
     # -- RunModel -------------------------------------------------------------------------
 
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
@@ -230,7 +297,7 @@ class BuiltinLoopAgentRunner:
         limit = self.definition.max_model_calls_per_turn
         limit_reached = state.model_calls >= limit
         offer = await self._offer(turn, state, limit_reached)
-        response = await self._call_model(turn, _with_plan_note(turn, transcript), offer)
+        response = await self._call_model(turn, _model_input(turn, transcript), offer)
         model_calls = state.model_calls + 1
         usage = _agent_usage(response.usage)
         metadata = response.model_call_metadata
@@ -284,10 +351,13 @@ class BuiltinLoopAgentRunner:
                 raise ValueError(built_in_name_collision(name))
 
     def _model(self, turn: AgentTurnContext) -> ModelClient:
+        return self._model_for(turn.session_settings)
+
+    def _model_for(self, session_settings: Mapping[str, Any]) -> ModelClient:
         resolve = self.definition.resolve_model
         if resolve is None:
             return self.definition.model
-        model = resolve(turn.session_settings)
+        model = resolve(session_settings)
         if not callable(getattr(model, "call_model", None)):
             raise TypeError(f"AgentDefinition.resolve_model returned {type(model).__name__}")
         return model
@@ -492,13 +562,60 @@ class BuiltinLoopAgentRunner:
             return None
 
 
-def _with_plan_note(turn: AgentTurnContext, transcript: Transcript) -> list[Any]:
-    """The model input: the plan note (``build_plan_note``) as user text before the
-    turn's own items, while a plan exists or the turn plans; never stored."""
-    note = build_plan_note(turn.plan, turn.interaction_mode)
+def _model_input(turn: AgentTurnContext, transcript: Transcript) -> list[Any]:
+    """The model input: the summary note first once the session has a summary, and
+    the plan note (``build_plan_note``) as user text before the turn's own items
+    while a plan exists or the turn plans; neither is stored."""
     items = list(transcript.items)
-    if note is None:
-        return items
-    start = len(items) if transcript.turn_start is None else transcript.turn_start
-    items.insert(start, UserTextItem(text=note))
+    note = build_plan_note(turn.plan, turn.interaction_mode)
+    if note is not None:
+        start = len(items) if transcript.turn_start is None else transcript.turn_start
+        items.insert(start, UserTextItem(text=note))
+    summary = turn.context_summary
+    if summary is not None:
+        items.insert(0, UserTextItem(text=f"{CONTEXT_SUMMARY_NOTE_HEADER}\n{summary.text}"))
     return items
+
+
+class _SilentOutput:
+    """A ``ModelOutputWriter`` that drops live output (a summary call without events)."""
+
+    def write_text_delta(self, text: str) -> None:
+        pass
+
+    def write_reasoning_delta(self, text: str) -> None:
+        pass
+
+
+def select_whole_group_cutoff(messages: Sequence[AgentMessage], budget: int) -> int | None:
+    """The sequence of the earliest message after which the rest fits ``budget``
+    tokens, where a cut never separates a tool call from its stored result nor
+    splits one model response; the last such cut when none fits; ``None`` when
+    there is no cut at all."""
+    items = [(m, _decoded(m)) for m in messages]
+    remaining = sum(estimate_text_tokens(m.framework_item) for m in messages)
+    pending: set[str] = set()
+    last_cut: int | None = None
+    for index, (message, item) in enumerate(items):
+        remaining -= estimate_text_tokens(message.framework_item)
+        if isinstance(item, ModelOutputItem):
+            pending.update(call.tool_call_id for call in item.tool_calls)
+        elif isinstance(item, ToolResultItem):
+            pending.discard(item.tool_call_id)
+        following = items[index + 1][1] if index + 1 < len(items) else None
+        splits_response = isinstance(item, ModelOutputItem) and isinstance(
+            following, ModelOutputItem
+        )
+        if pending or splits_response or following is None:
+            continue
+        last_cut = message.sequence
+        if remaining <= budget:
+            return last_cut
+    return last_cut
+
+
+def _decoded(message: AgentMessage) -> Any:
+    try:
+        return decode_item(message.framework_item)
+    except ValueError:
+        return None

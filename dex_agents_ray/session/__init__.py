@@ -24,6 +24,7 @@ from dex_agents_ray.session._api import (
     AgentSnapshot,
     AnswerQuestionRequest,
     CancelTurnRequest,
+    CompactionPolicy,
     DeleteQueuedMessageRequest,
     ExecutePlanRequest,
     ListAgentMessagesRequest,
@@ -41,6 +42,20 @@ from dex_agents_ray.session._builtin_tools import (
 from dex_agents_ray.session._client import (
     AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE,
     AgentSessionClient,
+)
+from dex_agents_ray.session._compaction import (
+    CONTEXT_SUMMARY_INSTRUCTIONS,
+    CONTEXT_SUMMARY_NOTE_HEADER,
+    CONTEXT_SUMMARY_TRANSCRIPT_HEADER,
+    CompactContextInput,
+    ContextCompactionRunner,
+    ContextSummaryRequest,
+    ContextSummaryResult,
+    build_context_summary_omission_note,
+    build_context_summary_prompt,
+    estimate_stored_input_tokens,
+    estimate_text_tokens,
+    select_turn_boundary_cutoff,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
 from dex_agents_ray.session._metadata import ModelCallMetadata
@@ -285,4 +300,17 @@ __all__ = [
     "PlanModeRunner",
     "build_plan_note",
     "TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL",
+    "CONTEXT_SUMMARY_INSTRUCTIONS",
+    "CONTEXT_SUMMARY_NOTE_HEADER",
+    "CONTEXT_SUMMARY_TRANSCRIPT_HEADER",
+    "CompactContextInput",
+    "CompactionPolicy",
+    "ContextCompactionRunner",
+    "ContextSummaryRequest",
+    "ContextSummaryResult",
+    "build_context_summary_omission_note",
+    "build_context_summary_prompt",
+    "estimate_stored_input_tokens",
+    "estimate_text_tokens",
+    "select_turn_boundary_cutoff",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from dex_agents_ray.session._values import (
 from dex_agents_ray.session._wire import coerce_fields
 
 __all__ = [
+    "CompactionPolicy",
     "DEFAULT_EVENT_STREAM_CAPACITY_BYTES",
     "DEFAULT_MAX_DURABLE_WAIT",
     "MAX_LIST_MESSAGES_LIMIT",
@@ -285,6 +287,44 @@ class RunModelLimit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompactionPolicy:
+    """When to summarize (``AgentSessionOptions.compaction``)."""
+
+    context_window_tokens: int
+    """The model's context window; one value for every resolved model."""
+    trigger_ratio: float = 0.85
+    """Compact once the estimate reaches this share of the window."""
+    retained_ratio: float = 0.3
+    """The share of the window the newest messages keep after a compaction."""
+    reserved_input_tokens: int = 0
+    """Added to every estimate: what the runner's estimate cannot see."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.context_window_tokens, bool) or not isinstance(
+            self.context_window_tokens, int
+        ):
+            raise TypeError("CompactionPolicy.context_window_tokens must be an int")
+        if self.context_window_tokens < 1:
+            raise ValueError("CompactionPolicy.context_window_tokens must be positive")
+        if not 0 < self.trigger_ratio <= 1:
+            raise ValueError("CompactionPolicy.trigger_ratio must be in (0, 1]")
+        if not 0 < self.retained_ratio < self.trigger_ratio:
+            raise ValueError("CompactionPolicy.retained_ratio must be in (0, trigger_ratio)")
+        if self.reserved_input_tokens < 0:
+            raise ValueError("CompactionPolicy.reserved_input_tokens must be >= 0")
+
+    @property
+    def trigger_tokens(self) -> int:
+        """The estimate at which ``RunModel`` compacts."""
+        return math.floor(self.context_window_tokens * self.trigger_ratio)
+
+    @property
+    def retained_token_budget(self) -> int:
+        """What ``select_compaction_cutoff`` keeps after the cutoff."""
+        return math.floor(self.context_window_tokens * self.retained_ratio)
+
+
+@dataclass(frozen=True, kw_only=True)
 class AgentSessionOptions:
     """How one session Flow type treats tools, waits and events.
 
@@ -316,7 +356,11 @@ class AgentSessionOptions:
     message_chunk_max_bytes: int = 1024 * 1024
     """Most encoded bytes per chunk (at most 8 MiB)."""
     retained_message_limit: int | None = 1000
-    """Reserved for retention with compaction; ``None`` keeps every message."""
+    """With compaction, summarized chunks are deleted once this many messages are
+    stored after them; ``None`` keeps every message."""
+    compaction: CompactionPolicy | None = None
+    """Summarize older messages to stay under the context window (needs a
+    ``ContextCompactionRunner``); ``None`` never compacts."""
     tool_ray_options: RayTaskOptions = field(default_factory=RayTaskOptions)
     """Ray options of every tool Step (pooled executors of that resource shape by
     default) unless the runner or ``tool_ray_options_by_name`` says otherwise."""
@@ -363,6 +407,14 @@ class AgentSessionOptions:
             )
         if not 1 <= self.message_chunk_max_bytes <= 8 * 1024 * 1024:
             raise ValueError("AgentSessionOptions.message_chunk_max_bytes must be 1..8 MiB")
+        if self.retained_message_limit is not None and (
+            isinstance(self.retained_message_limit, bool)
+            or not isinstance(self.retained_message_limit, int)
+            or self.retained_message_limit < 1
+        ):
+            raise ValueError("AgentSessionOptions.retained_message_limit must be None or >= 1")
+        if self.compaction is not None and not isinstance(self.compaction, CompactionPolicy):
+            raise TypeError("AgentSessionOptions.compaction must be a CompactionPolicy or None")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from dex_agents_ray.session._api import (
     SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
+from dex_agents_ray.session._compaction import ContextCompactionRunner
 from dex_agents_ray.session._runner import AgentFrameworkRunner, PlanModeRunner
 from dex_agents_ray.session._schema import (
     AGENT_EVENTS_STREAM_NAME,
@@ -47,6 +48,7 @@ from dex_agents_ray.session._steps_tools import (
 from dex_agents_ray.session._steps_turn import (
     ApplyTurnControl,
     AwaitUserMessage,
+    CompactContext,
     FinishTurnCancellation,
     RecordTurnFailure,
     ResumeTurn,
@@ -96,6 +98,12 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         options = options or AgentSessionOptions()
         if not isinstance(options, AgentSessionOptions):
             raise TypeError("options must be an AgentSessionOptions")
+        if options.compaction is not None and not isinstance(runner, ContextCompactionRunner):
+            raise TypeError(
+                f"AgentSessionOptions.compaction needs a ContextCompactionRunner "
+                f"(estimate_input_tokens, select_compaction_cutoff, summarize_context); "
+                f"{type(runner).__name__} is not one"
+            )
         if options.plan_mode_enabled and not (
             isinstance(runner, PlanModeRunner) and runner.supports_plan_mode is True
         ):
@@ -115,6 +123,7 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
         ).other_steps(
             AwaitUserMessage(config),
             RunModel(config),
+            CompactContext(config),
             AwaitToolApproval(config),
             AwaitQuestionAnswer(config),
             AwaitTimer(config),
@@ -185,7 +194,12 @@ class AgentSessionFlow(Flow[AgentSessionStartInput]):
             return RPCResult(result)
         finish = StepMovement.of(FinishTurnCancellation, input.turn_id)
         return RPCResult(result, next_steps=(finish,)).with_canceling_steps(
-            RunModel, AwaitToolApproval, AwaitQuestionAnswer, AwaitTimer, PollToolTask
+            RunModel,
+            CompactContext,
+            AwaitToolApproval,
+            AwaitQuestionAnswer,
+            AwaitTimer,
+            PollToolTask,
         )
 
     @rpc(is_transactional=True)

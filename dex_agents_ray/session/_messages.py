@@ -35,7 +35,7 @@ from dex_agents_ray.session._values import (
     json_ready,
 )
 
-__all__ = ["append_messages", "load_messages", "window_messages"]
+__all__ = ["append_messages", "apply_retention", "load_messages", "window_messages"]
 
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
 """The hard limit on one chunk's encoded JSON."""
@@ -213,3 +213,42 @@ def append_messages(
             ),
         )
     return last_sequence
+
+
+def apply_retention(context: Context, options: AgentSessionOptions, last_sequence: int) -> int:
+    """Delete the oldest chunks while every message in each is at or before the
+    summary's ``last_sequence`` and ``retained_message_limit`` messages are stored
+    after it (at most ``MAX_CHUNKS_PER_COMMIT`` per commit); returns how many went.
+    Needs the chunk map loaded; without compaction or a limit nothing is deleted."""
+    from dex_agents_ray.session._schema import CONTEXT_SUMMARY
+
+    limit = options.retained_message_limit
+    summary = CONTEXT_SUMMARY.get(context)
+    index = AGENT_MESSAGE_INDEX.get(context)
+    if options.compaction is None or limit is None or summary is None or index is None:
+        return 0
+    chunks = list(index.chunks)
+    deleted = 0
+    deleted_before = index.deleted_before_sequence
+    while chunks and deleted < MAX_CHUNKS_PER_COMMIT:
+        oldest = chunks[0]
+        if oldest.last_sequence > summary.last_sequence:
+            break
+        if last_sequence - oldest.last_sequence < limit:
+            break
+        AGENT_MESSAGE_CHUNKS.delete(context, message_sequence_key(oldest.first_sequence))
+        chunks.pop(0)
+        deleted += 1
+        deleted_before = oldest.last_sequence + 1
+    if deleted:
+        first = chunks[0].first_sequence if chunks else index.window_first_sequence
+        AGENT_MESSAGE_INDEX.set(
+            context,
+            replace(
+                index,
+                chunks=tuple(chunks),
+                first_sequence=first,
+                deleted_before_sequence=deleted_before,
+            ),
+        )
+    return deleted

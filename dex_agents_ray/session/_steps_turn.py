@@ -14,6 +14,8 @@ ended and do nothing).
 
 from __future__ import annotations
 
+import inspect
+import logging
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -22,7 +24,14 @@ import dex
 from dex import AsyncContext, Context, RetryPolicy, Step, StepDecision, StepOptions, Wait
 
 from dex_agents_ray.session._api import AgentEventType, AgentSessionStartInput
+from dex_agents_ray.session._compaction import (
+    CompactContextInput,
+    ContextCompactionRunner,
+    ContextSummaryRequest,
+    ContextSummaryResult,
+)
 from dex_agents_ray.session._control import cancelled, control_reason, steered, wake_waiting_calls
+from dex_agents_ray.session._messages import apply_retention
 from dex_agents_ray.session._movements import (
     cancel_task_movement,
     question_movement,
@@ -33,14 +42,20 @@ from dex_agents_ray.session._policy import (
     TOOL_CALL_SKIPPED_AFTER_WRITE_DETAIL,
 )
 from dex_agents_ray.session._records import finish_record, sync_options
-from dex_agents_ray.session._runner import ImageUserMessageBuilder, plan_execution_message
+from dex_agents_ray.session._runner import (
+    AgentTurnContext,
+    ImageUserMessageBuilder,
+    plan_execution_message,
+)
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,
+    AGENT_MESSAGE_INDEX,
     AGENT_MESSAGES,
     AGENT_PLAN,
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    CONTEXT_SUMMARY,
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
     PENDING_PLAN_EXECUTION,
@@ -66,6 +81,7 @@ from dex_agents_ray.session._turns import (
     end_controlled_turn,
     fail_turn,
     planning_mode,
+    record_usage,
     turn_context,
     turn_records,
 )
@@ -78,6 +94,7 @@ from dex_agents_ray.session._values import (
     AgentUsage,
     AgentUserMessage,
     CancellationReason,
+    ContextSummary,
     FrameworkMessage,
     InteractionMode,
     InterruptKind,
@@ -86,9 +103,12 @@ from dex_agents_ray.session._values import (
     utc_now,
 )
 
+logger = logging.getLogger("dex_agents_ray.session")
+
 __all__ = [
     "ApplyTurnControl",
     "AwaitUserMessage",
+    "CompactContext",
     "FinishTurnCancellation",
     "RecordTurnFailure",
     "ResumeTurn",
@@ -230,19 +250,7 @@ class RunModel(_TurnStep):
     failure route ``RecordTurnFailure``."""
 
     def get_step_options(self) -> StepOptions | None:
-        limit = self.config.options.run_model_limit
-        return sync_options(
-            ray=self.config.options.model_ray_options,
-            execute_method_timeout=limit.timeout,
-            heartbeat_timeout=limit.heartbeat_timeout,
-            execute_retry=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                backoff_coefficient=2.0,
-                maximum_attempts=limit.maximum_attempts,
-                total_duration=limit.retry_budget,
-            ),
-            execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_MESSAGE_CHUNKS, AGENT_TOOL_CALLS),
-        ).on_execute_failure_proceed_to(RecordTurnFailure)
+        return _model_step_options(self.config)
 
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         config = self.config
@@ -262,11 +270,93 @@ class RunModel(_TurnStep):
         writer = config.event_writer(context, state.active_turn_id)
         turn = turn_context(context, config, state, writer, beats.beat)
         try:
+            cutoff = await _compaction_cutoff(context, config, turn)
+            if cutoff is not None:
+                AGENT_STATE.set(context, replace(state, status=AgentStatus.COMPACTING_CONTEXT))
+                return dex.go_to(CompactContext, CompactContextInput(through_sequence=cutoff))
             async with beats.running():
                 outcome = await config.runner.run_model_step(turn)
         finally:
             writer.close()
         return apply_outcome(context, config, state, turn, outcome)
+
+
+class CompactContext(Step[CompactContextInput]):
+    """Calls ``summarize_context`` once and stores ``ContextSummary``, then goes back
+    to ``RunModel``; ``RunModel``'s timeouts, attempts and failure route. A crash
+    reruns only the summary call."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+
+    def get_step_options(self) -> StepOptions | None:
+        return _model_step_options(self.config)
+
+    async def execute(self, context: AsyncContext, input: CompactContextInput) -> StepDecision:  # type: ignore[override]
+        config = self.config
+        state = AGENT_STATE.get(context)
+        policy = config.options.compaction
+        runner = config.runner
+        if state is None or state.active_turn_id is None:
+            return dex.go_to(AwaitUserMessage, None)
+        if cancelled(context, state.active_turn_id):
+            return dex.dead_end()  # FinishTurnCancellation ends the turn
+        previous = CONTEXT_SUMMARY.get(context)
+        done = previous.last_sequence if previous is not None else 0
+        if policy is None or not isinstance(runner, ContextCompactionRunner):
+            raise TypeError("CompactContext needs a compaction policy and runner")
+        if input.through_sequence > done:
+            beats = Heartbeats(context, None)
+            writer = config.event_writer(context, state.active_turn_id)
+            turn = turn_context(context, config, state, writer, beats.beat)
+            messages = [m for m in turn.messages if m.sequence <= input.through_sequence]
+            request = ContextSummaryRequest(
+                flow_id=context.flow_id,
+                turn_id=state.active_turn_id,
+                attempt=context.attempt,
+                previous_summary=previous,
+                messages=tuple(messages),
+                through_sequence=input.through_sequence,
+                input_token_budget=policy.context_window_tokens,
+                session_settings=turn.session_settings,
+                events=writer,
+                heartbeat=beats.beat,
+            )
+            config.emit(
+                context,
+                AgentEventType.COMPACTION_STARTED,
+                {"through_sequence": input.through_sequence},
+                turn_id=state.active_turn_id,
+            )
+            try:
+                async with beats.running():
+                    result = await runner.summarize_context(request)
+            finally:
+                writer.close()
+            if not isinstance(result, ContextSummaryResult):
+                raise TypeError(f"summarize_context returned {type(result).__name__}")
+            if not isinstance(result.text, str) or not result.text.strip():
+                raise ValueError("ContextSummaryResult.text must be a non-blank str")
+            generation = (previous.generation if previous is not None else 0) + 1
+            CONTEXT_SUMMARY.set(
+                context,
+                ContextSummary(
+                    generation=generation,
+                    first_sequence=1,
+                    last_sequence=input.through_sequence,
+                    text=result.text,
+                ),
+            )
+            record_usage(context, config, state, result.usage)
+            config.emit(
+                context,
+                AgentEventType.COMPACTION_FINISHED,
+                {"generation": generation, "through_sequence": input.through_sequence},
+                turn_id=state.active_turn_id,
+            )
+            apply_retention(context, config.options, state.last_sequence)
+        AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
+        return dex.go_to(RunModel, None)
 
 
 class ResumeTurn(Step[int]):
@@ -485,6 +575,53 @@ class FinishTurnCancellation(Step[str]):
             cancellation_reason=CancellationReason.TURN_CANCELLED,
         )
         return None
+
+
+def _model_step_options(config: SessionConfig) -> StepOptions:
+    """``RunModel``'s (and ``CompactContext``'s) options: the limit's timeouts and
+    attempts, the failure route ``RecordTurnFailure``, every message loaded."""
+    limit = config.options.run_model_limit
+    return sync_options(
+        ray=config.options.model_ray_options,
+        execute_method_timeout=limit.timeout,
+        heartbeat_timeout=limit.heartbeat_timeout,
+        execute_retry=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_attempts=limit.maximum_attempts,
+            total_duration=limit.retry_budget,
+        ),
+        execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_MESSAGE_CHUNKS, AGENT_TOOL_CALLS),
+    ).on_execute_failure_proceed_to(RecordTurnFailure)
+
+
+async def _compaction_cutoff(
+    context: Context, config: SessionConfig, turn: AgentTurnContext
+) -> int | None:
+    """The sequence to summarize through before this model call, or ``None``."""
+    policy = config.options.compaction
+    runner = config.runner
+    if not isinstance(runner, ContextCompactionRunner):
+        index = AGENT_MESSAGE_INDEX.get(context)
+        if index is not None and index.deleted_before_sequence is not None:
+            logger.warning(
+                "session %s: messages before %d were deleted, and the runner cannot "
+                "compact: its input starts after them with no summary",
+                context.flow_id,
+                index.deleted_before_sequence,
+            )
+        return None
+    if policy is None:
+        return None
+    estimate = runner.estimate_input_tokens(turn)
+    tokens = await estimate if inspect.isawaitable(estimate) else estimate
+    if not isinstance(tokens, int) or tokens + policy.reserved_input_tokens < policy.trigger_tokens:
+        return None
+    cutoff = runner.select_compaction_cutoff(turn, policy.retained_token_budget)
+    done = turn.context_summary.last_sequence if turn.context_summary is not None else 0
+    if cutoff is None or cutoff <= done:
+        return None  # a second high estimate with no new cutoff: call the model
+    return min(cutoff, max((m.sequence for m in turn.messages), default=cutoff))
 
 
 def _queued_writes(records: list[AgentToolCall]) -> list[AgentToolCall]:

@@ -12,7 +12,7 @@ from dex import AsyncContext, Context, StepDecision
 
 from dex_agents_ray.media import validate_image_references
 from dex_agents_ray.session._api import AgentEventType
-from dex_agents_ray.session._messages import append_messages, load_messages
+from dex_agents_ray.session._messages import append_messages, apply_retention, load_messages
 from dex_agents_ray.session._runner import (
     AgentEventWriter,
     AgentTurnContext,
@@ -27,6 +27,7 @@ from dex_agents_ray.session._schema import (
     AGENT_STATE,
     AGENT_TOOL_CALLS,
     AGENT_USAGE,
+    CONTEXT_SUMMARY,
     FRAMEWORK_RUN_STATE,
     PENDING_INTERRUPTS,
     SESSION_SETTINGS,
@@ -59,6 +60,7 @@ logger = logging.getLogger("dex_agents_ray.session")
 __all__ = [
     "apply_outcome",
     "begin_turn",
+    "record_usage",
     "fail_turn",
     "turn_context",
     "turn_records",
@@ -170,11 +172,16 @@ def turn_context(
     """What the runner sees of the active turn (messages and records must be loaded)."""
     assert state.active_turn_id is not None
     options = config.options
+    summary = CONTEXT_SUMMARY.get(context)
+    messages = load_messages(context)
+    if summary is not None:
+        messages = [m for m in messages if m.sequence > summary.last_sequence]
     return AgentTurnContext(
         flow_id=context.flow_id,
         turn_id=state.active_turn_id,
         attempt=context.attempt,
-        messages=tuple(load_messages(context)),
+        messages=tuple(messages),
+        context_summary=summary,
         framework_run_state=FRAMEWORK_RUN_STATE.get(context),
         tool_calls={r.tool_call_id: r for r in turn_records(context)},
         events=writer,
@@ -237,12 +244,11 @@ def _store(
         messages=messages,
         now=utc_now(),
     )
+    apply_retention(context, config.options, last)
     return replace(state, last_sequence=last)
 
 
-def _record_usage(
-    context: Context, config: SessionConfig, state: AgentState, usage: object
-) -> None:
+def record_usage(context: Context, config: SessionConfig, state: AgentState, usage: object) -> None:
     if not isinstance(usage, AgentUsage):
         raise TypeError(f"the outcome's usage is a {type(usage).__name__}, not AgentUsage")
     total = (AGENT_USAGE.get(context) or AgentUsage()) + usage
@@ -348,7 +354,7 @@ def apply_outcome(
     has_builder = isinstance(config.runner, UnfinishedTurnMessageBuilder)
     if isinstance(outcome, TurnCompleted):
         messages = require_messages(list(outcome.new_messages), "TurnCompleted.new_messages")
-        _record_usage(context, config, state, outcome.usage)
+        record_usage(context, config, state, outcome.usage)
         state = _store(context, config, state, messages)
         error = outcome.turn_error
         if error is not None and not isinstance(error, str):
@@ -358,7 +364,7 @@ def apply_outcome(
     if isinstance(outcome, TurnContinued):
         _require_run_state(outcome.framework_run_state, "TurnContinued")
         messages = require_messages(list(outcome.new_messages), "TurnContinued.new_messages")
-        _record_usage(context, config, state, outcome.usage)
+        record_usage(context, config, state, outcome.usage)
         state = _store(context, config, state, messages)
         if not has_builder:
             return fail_turn(context, config, state, NEW_MESSAGES_WITHOUT_BUILDER, None)
@@ -392,7 +398,7 @@ def _apply_tool_calls(
     if not calls:
         raise ValueError("ToolCallsRequested.tool_calls is empty")
     messages = require_messages(list(outcome.new_messages), "ToolCallsRequested.new_messages")
-    _record_usage(context, config, state, outcome.usage)
+    record_usage(context, config, state, outcome.usage)
     state = _store(context, config, state, messages)
     if messages and not has_builder:
         return fail_turn(context, config, state, NEW_MESSAGES_WITHOUT_BUILDER, None)

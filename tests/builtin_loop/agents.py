@@ -74,3 +74,77 @@ def build_plan_flow() -> AgentSessionFlow:
         plan_mode_enabled=True,
     )
     return builtin_agent_session_flow(agent, flow_type="BuiltinPlanner")
+
+
+def build_compacting_flow(state_dir: str, *, window_tokens: int = 1500) -> AgentSessionFlow:
+    """A support agent that compacts a small context window and keeps few messages.
+
+    Its model logs every call to ``model.log``: ``summary`` for a summary call,
+    else ``call/<items>/<summary seen>/<unknown results>``. With the file
+    ``gate-summary`` in ``state_dir``, a summary call waits at gate ``summary``.
+    """
+    import dataclasses
+    import os
+
+    from dex_agents_ray import (
+        CONTEXT_SUMMARY_INSTRUCTIONS,
+        CONTEXT_SUMMARY_NOTE_HEADER,
+        CompactionPolicy,
+    )
+    from dex_agents_ray.builtin_loop import (
+        BuiltinLoopAgentRunner,
+        UserTextItem,
+        builtin_agent_session_options,
+    )
+    from dex_agents_ray.session._runner import OUTCOME_UNKNOWN_TEXT
+    from dex_agents_ray.testing import FileGate, InvocationLog
+
+    async def respond(request: ModelRequest) -> ScriptedModelReply:
+        log = InvocationLog(os.path.join(state_dir, "model.log"))
+        if request.instructions == CONTEXT_SUMMARY_INSTRUCTIONS:
+            log.record("summary")
+            if _gated(state_dir):
+                await FileGate(state_dir, "summary").wait_for_release()
+            prompt = request.input[0]
+            size = len(prompt.text) if isinstance(prompt, UserTextItem) else 0
+            return ScriptedModelReply(text=f"The user asked about orders ({size} chars).")
+        first = request.input[0] if request.input else None
+        seen = isinstance(first, UserTextItem) and first.text.startswith(
+            CONTEXT_SUMMARY_NOTE_HEADER
+        )
+        results = ScriptedModelClient.tool_results(request)
+        unknown = sum(
+            1 for item in request.input if getattr(item, "output", None) == OUTCOME_UNKNOWN_TEXT
+        )
+        log.record(f"call/{len(request.input)}/{seen}/{unknown}")
+        if results:
+            return ScriptedModelReply(text="Order A1: " + results[-1].output)
+        return ScriptedModelReply(
+            tool_calls=[
+                ScriptedToolCall(
+                    tool_call_id="call-1", tool_name="lookup_order", arguments={"order_id": "A1"}
+                )
+            ]
+        )
+
+    agent = AgentDefinition(
+        name="compacting",
+        instructions="You help customers with their orders.",
+        model=ScriptedModelClient(respond),
+        tools=[lookup_order],
+        compaction=CompactionPolicy(context_window_tokens=window_tokens),
+    )
+    options = dataclasses.replace(
+        builtin_agent_session_options(agent),
+        message_window_size=4,
+        message_chunk_size=4,
+        retained_message_limit=8,
+    )
+    return AgentSessionFlow(BuiltinLoopAgentRunner(agent), flow_type="Compacting", options=options)
+
+
+def _gated(state_dir: str) -> bool:
+    """Whether summary calls wait at gate ``summary`` (the file ``gate-summary``)."""
+    import os
+
+    return os.path.exists(os.path.join(state_dir, "gate-summary"))

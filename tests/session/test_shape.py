@@ -44,6 +44,7 @@ STEPS = [
     "StartAgentSession",
     "AwaitUserMessage",
     "RunModel",
+    "CompactContext",
     "AwaitToolApproval",
     "AwaitQuestionAnswer",
     "AwaitTimer",

@@ -1,0 +1,128 @@
+"""Compaction and retention on the built-in loop, on real Ray and SQLite: a small
+context window summarized again and again, never separating a tool call from its
+result, with retention deleting summarized chunks; and a host killed during
+``CompactContext`` reruns only the summary call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dex_agents_ray import AgentEventType, AgentSessionClient
+from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
+from tests.builtin_loop.agents import build_compacting_flow
+from tests.session.polling import eventually, read_events, snapshot_when, turn_done
+
+QUESTION = "Where is my order A1? " + "I ordered a desk lamp last week and it has not come. " * 3
+
+
+async def _turns(sessions: AgentSessionClient, session_id: str, count: int) -> Any:
+    await sessions.start_session(session_id, QUESTION)
+    snapshot = await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+    for turn in range(2, count + 1):
+        assert await sessions.send_user_message(session_id, QUESTION)
+        snapshot = await snapshot_when(sessions, session_id, turn_done(turn), timeout=120)
+    return snapshot
+
+
+async def test_a_long_session_compacts_and_keeps_its_state_bounded(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = build_compacting_flow(str(state_dir), window_tokens=900)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    done = await _turns(sessions, "long", 16)
+    assert done.state is not None and done.state.last_turn_error is None
+
+    calls = InvocationLog(state_dir / "model.log").entries()
+    summaries = calls.count("summary")
+    assert summaries >= 2  # compacted again and again
+    model_calls = [c.split("/") for c in calls if c != "summary"]
+    assert len(model_calls) == 32  # 16 turns x 2 calls: a compaction adds no model call
+    assert all(unknown == "0" for *_, unknown in model_calls)  # no call without its result
+    after = model_calls[calls.index("summary") :]
+    assert all(seen == "True" for _, _, seen, _ in after)  # the summary note leads the input
+    assert max(int(items) for _, items, _, _ in after) < 30  # the input stays bounded
+
+    # Retention: summarized chunks are gone, the newest messages stay.
+    page = await sessions.list_agent_messages("long", limit=200)
+    assert page.deleted_before_sequence is not None and page.deleted_before_sequence > 1
+    assert page.messages[0].sequence == page.deleted_before_sequence
+    assert page.messages[-1].sequence == done.state.last_sequence
+    assert len(page.messages) < done.state.last_sequence
+    events = await read_events(sessions, "long", until_type=AgentEventType.TURN_COMPLETED)
+    kinds = [e.type for e in events]
+    assert AgentEventType.COMPACTION_STARTED not in kinds  # turn 1 never compacts
+
+
+async def test_a_host_killed_during_compact_context_reruns_only_the_summary(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = build_compacting_flow(str(state_dir), window_tokens=900)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    (state_dir / "gate-summary").write_text("")
+    await sessions.start_session("kill", QUESTION)
+    turn = 1
+    gate = FileGate(state_dir, "summary")
+    while not gate.reached_pids():
+        await snapshot_when(sessions, "kill", turn_done(turn), timeout=120)
+        turn += 1
+        assert turn < 20, "no compaction"
+        assert await sessions.send_user_message("kill", QUESTION)
+        await _until_summary_or_turn(sessions, gate, turn)
+    await gate.wait_until_reached(timeout=120)
+    before = InvocationLog(state_dir / "model.log").entries()
+    await kill_flow_actor(engine, "kill")
+    gate.release()
+    done = await snapshot_when(sessions, "kill", turn_done(turn), timeout=120)
+    assert done.state is not None and done.state.last_turn_error is None
+
+    after = InvocationLog(state_dir / "model.log").entries()[len(before) :]
+    # The killed summary call ran again, then the turn's model calls; nothing else repeated.
+    assert after[0] == "summary"
+    assert after[1:].count("summary") == 0
+    assert len([c for c in before if c != "summary"]) + len(after[1:]) == 2 * turn
+
+
+async def _until_summary_or_turn(
+    sessions: AgentSessionClient, gate: FileGate, turn: int, session_id: str = "kill"
+) -> None:
+    async def probe() -> bool:
+        if gate.reached_pids():
+            return True
+        snapshot = await sessions.get_agent_snapshot(session_id)
+        return bool(turn_done(turn)(snapshot))
+
+    await eventually(probe, timeout=120, description=f"turn {turn} or a summary call")
+
+
+async def test_cancel_turn_during_compaction_drops_the_summary(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = build_compacting_flow(str(state_dir), window_tokens=900)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    (state_dir / "gate-summary").write_text("")
+    await sessions.start_session("stop", QUESTION)
+    gate = FileGate(state_dir, "summary")
+    turn = 1
+    while not gate.reached_pids():
+        await snapshot_when(sessions, "stop", turn_done(turn), timeout=120)
+        turn += 1
+        assert turn < 20, "no compaction"
+        assert await sessions.send_user_message("stop", QUESTION)
+        await _until_summary_or_turn(sessions, gate, turn, session_id="stop")
+    compacting = await sessions.get_agent_snapshot("stop")
+    assert compacting.state is not None
+    assert compacting.state.status.value == "compacting_context"
+    assert await sessions.cancel_turn("stop", f"turn-{turn}")
+    done = await snapshot_when(
+        sessions, "stop", lambda s: s.state is not None and s.state.active_turn_id is None
+    )
+    gate.release()
+    assert done.state is not None and done.state.last_turn_error is None
+    events = await read_events(sessions, "stop", until_type=AgentEventType.TURN_CANCELLED)
+    kinds = [e.type for e in events]
+    assert AgentEventType.COMPACTION_STARTED in kinds
+    assert AgentEventType.COMPACTION_FINISHED not in kinds  # its answer was dropped

@@ -1,0 +1,105 @@
+"""The compaction rule adapters share, and the policy's checks (no Ray)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dex_agents_ray import (
+    CONTEXT_SUMMARY_TRANSCRIPT_HEADER,
+    AgentMessage,
+    AgentSessionOptions,
+    AgentTurnContext,
+    CompactionPolicy,
+    ContextSummaryRequest,
+    MessageRole,
+    build_context_summary_omission_note,
+    build_context_summary_prompt,
+    estimate_stored_input_tokens,
+    estimate_text_tokens,
+    select_turn_boundary_cutoff,
+)
+from tests.session.agents import build_flow
+
+
+def _message(sequence: int, turn: int, text: str) -> AgentMessage:
+    return AgentMessage(
+        sequence=sequence,
+        turn_id=f"turn-{turn}",
+        role=MessageRole.USER if sequence % 2 else MessageRole.ASSISTANT,
+        framework_item=text,
+        text=text,
+    )
+
+
+def _turn(messages: list[AgentMessage], run_state: str | None = None) -> AgentTurnContext:
+    return AgentTurnContext(
+        flow_id="s",
+        turn_id=messages[-1].turn_id,
+        attempt=1,
+        messages=tuple(messages),
+        framework_run_state=run_state,
+        tool_calls={},
+        events=None,  # type: ignore[arg-type]
+        heartbeat=None,  # type: ignore[arg-type]
+    )
+
+
+def test_tokens_are_three_utf8_bytes_each_rounded_up() -> None:
+    assert estimate_text_tokens("") == 0
+    assert estimate_text_tokens("abcd") == 2
+    assert estimate_text_tokens("é") == 1  # two bytes
+    messages = [_message(1, 1, "a" * 30), _message(2, 1, "b" * 30)]
+    assert estimate_stored_input_tokens(_turn(messages), fixed_input_tokens=5) == 25
+
+
+def test_the_turn_boundary_cutoff_keeps_the_running_turn_and_the_budget() -> None:
+    messages = [
+        _message(1, 1, "a" * 300),
+        _message(2, 1, "b" * 300),
+        _message(3, 2, "c" * 300),
+        _message(4, 2, "d" * 300),
+        _message(5, 3, "e" * 30),
+    ]
+    # 100 tokens a message: keeping turn 3 alone fits 50, so turns 1 and 2 go.
+    assert select_turn_boundary_cutoff(_turn(messages), 50) == 4
+    # A budget that keeps turn 2 too cuts after turn 1.
+    assert select_turn_boundary_cutoff(_turn(messages), 250) == 2
+    assert select_turn_boundary_cutoff(_turn(messages, run_state="x"), 50) is None
+    assert select_turn_boundary_cutoff(_turn(messages[-1:]), 50) is None  # no earlier turn
+
+
+def test_the_summary_prompt_leaves_out_the_oldest_that_do_not_fit() -> None:
+    messages = tuple(_message(i, 1, f"message {i} " + "x" * 90) for i in range(1, 11))
+    request = ContextSummaryRequest(
+        flow_id="s",
+        turn_id="turn-1",
+        attempt=1,
+        previous_summary=None,
+        messages=messages,
+        through_sequence=10,
+        input_token_budget=200,
+    )
+    prompt = build_context_summary_prompt(request)
+    assert prompt.startswith(CONTEXT_SUMMARY_TRANSCRIPT_HEADER)
+    assert "message 10 " in prompt and "message 1 " not in prompt
+    kept = sum(f"message {i} " in prompt for i in range(1, 11))
+    assert build_context_summary_omission_note(10 - kept) in prompt
+    assert build_context_summary_omission_note(3) == (
+        "[Dex] 3 earlier messages did not fit in this request and are left out."
+    )
+    assert estimate_text_tokens(prompt) <= 200 + 40  # the header and note on top
+
+
+def test_a_policy_is_checked_and_needs_a_compaction_runner(tmp_path: Path) -> None:
+    policy = CompactionPolicy(context_window_tokens=1000)
+    assert (policy.trigger_tokens, policy.retained_token_budget) == (850, 300)
+    with pytest.raises(ValueError, match="context_window_tokens"):
+        CompactionPolicy(context_window_tokens=0)
+    with pytest.raises(ValueError, match="retained_ratio"):
+        CompactionPolicy(context_window_tokens=10, trigger_ratio=0.5, retained_ratio=0.6)
+    with pytest.raises(TypeError, match="ContextCompactionRunner"):
+        build_flow(tmp_path, {}, options=AgentSessionOptions(compaction=policy))
+    with pytest.raises(ValueError, match="retained_message_limit"):
+        AgentSessionOptions(retained_message_limit=0)

@@ -207,6 +207,10 @@ _TRIM_STREAM = (
     'SELECT "offset", SUM(octet_length(value)) OVER (ORDER BY "offset" DESC) AS kept '
     "FROM streams WHERE flow_id = %(f)s AND stream = %(s)s) AS sized)"
 )
+_STREAM_BYTES = (
+    "SELECT COALESCE(SUM(octet_length(value)), 0) FROM streams "
+    "WHERE flow_id = %(f)s AND stream = %(s)s"
+)
 _ACTIVE_STATUSES = (ExecStatus.WAIT_FOR.value, ExecStatus.WAITING.value, ExecStatus.READY.value)
 
 
@@ -234,6 +238,7 @@ class PostgresFlowStore:
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._connections: Connections | None = None
         self._probe = IdleProbe()
+        self._stream_sizes = StreamSizes()
 
     def __repr__(self) -> str:
         return f"PostgresFlowStore({self._config.location!r})"
@@ -428,12 +433,14 @@ class PostgresFlowStore:
             # (the offsets of its Stream appends are then not known: ``[]``).
             if tries > 1 and await _mark_of(pool, commit.flow_id, "commit") == mark:
                 return []
-            return await self._commit(pool, commit, replace_run, mark)
+            return await self._commit(pool, commit, replace_run, mark, self._stream_sizes)
 
         return await self._retry("commit", attempt)
 
     @staticmethod
-    async def _commit(pool: Connections, commit: Commit, replace_run: bool, mark: str) -> list[int]:
+    async def _commit(
+        pool: Connections, commit: Commit, replace_run: bool, mark: str, sizes: StreamSizes
+    ) -> list[int]:
         from psycopg.errors import RaiseException
 
         try:
@@ -444,7 +451,7 @@ class PostgresFlowStore:
                         await conn.execute(
                             f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,)
                         )
-                cursors = await _apply(conn, commit)
+                cursors = await _apply(conn, commit, sizes)
                 await conn.execute(_SET_MARK, (commit.flow_id, "commit", mark))
                 return [_returned(await cursor.fetchone()) for cursor in cursors]
         except RaiseException as error:
@@ -570,7 +577,7 @@ class PostgresFlowStore:
             assert pool is not None
             if tries > 1 and await _mark_of(pool, flow_id, "streams") == mark:
                 return await _appended_offsets(pool, flow_id, batch)
-            return await self._append_streams(pool, flow_id, batch, mark)
+            return await self._append_streams(pool, flow_id, batch, mark, self._stream_sizes)
 
         return await self._retry("append_streams", attempt)
 
@@ -580,11 +587,12 @@ class PostgresFlowStore:
         flow_id: str,
         appends: tuple[StreamAppend, ...],
         mark: str,
+        sizes: StreamSizes,
     ) -> list[int]:
         cursors = []
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
             for item in appends:
-                cursors.append(await _append_stream(conn, flow_id, item))
+                cursors.append(await _append_stream(conn, flow_id, item, sizes))
             await conn.execute(_SET_MARK, (flow_id, "streams", mark))
             rows = [await cur.fetchone() for cur in cursors]
         return [_returned(row) for row in rows]
@@ -667,17 +675,47 @@ async def _fetch_all(
         return await cur.fetchall()
 
 
-async def _append_stream(conn: Connection, flow_id: str, item: StreamAppend) -> Any:
-    """Queue one Stream append (and its trim); the cursor returns the offset."""
+class StreamSizes:
+    """Bytes each Stream holds, as this process saw its appends, so the trim query
+    (a scan of the Stream) runs only when an append takes it past its capacity."""
+
+    KEPT = 100_000
+    """Streams remembered; past that all are forgotten (and scanned again)."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[tuple[str, str], int] = {}
+
+    def must_trim(self, flow_id: str, item: StreamAppend) -> bool:
+        held = self._bytes.get((flow_id, item.stream))
+        if held is None or held + len(item.value) > item.capacity_bytes:
+            return True
+        self._bytes[(flow_id, item.stream)] = held + len(item.value)
+        return False
+
+    def set(self, flow_id: str, stream: str, held: int) -> None:
+        if len(self._bytes) >= self.KEPT and (flow_id, stream) not in self._bytes:
+            self._bytes.clear()
+        self._bytes[(flow_id, stream)] = held
+
+
+async def _append_stream(
+    conn: Connection, flow_id: str, item: StreamAppend, sizes: StreamSizes | None = None
+) -> Any:
+    """Queue one Stream append (and its trim when it may be due); the cursor returns
+    the offset."""
     params = {"f": flow_id, "s": item.stream, "t": time.time(), "src": item.source, "v": item.value}
     cursor = await conn.execute(_APPEND_STREAM, params)
-    if item.capacity_bytes > 0:
+    if item.capacity_bytes > 0 and (sizes is None or sizes.must_trim(flow_id, item)):
         trim = {"f": flow_id, "s": item.stream, "cap": item.capacity_bytes}
         await conn.execute(_TRIM_STREAM, trim)
+        if sizes is not None:
+            held = await conn.execute(_STREAM_BYTES, {"f": flow_id, "s": item.stream})
+            row = await held.fetchone()
+            sizes.set(flow_id, item.stream, 0 if row is None else int(row[0]))
     return cursor
 
 
-async def _apply(conn: Connection, c: Commit) -> list[Any]:
+async def _apply(conn: Connection, c: Commit, sizes: StreamSizes | None = None) -> list[Any]:
     """Queue every write of ``c`` (the caller's transaction commits them); the
     cursors that return the offsets of its Stream appends."""
     fid = c.flow_id
@@ -737,7 +775,7 @@ async def _apply(conn: Connection, c: Commit) -> list[Any]:
             "ON CONFLICT (flow_id, request_id) DO UPDATE SET response = EXCLUDED.response",
             (fid, c.rpc_request[0], c.rpc_request[1]),
         )
-    return [await _append_stream(conn, fid, item) for item in c.stream_appends]
+    return [await _append_stream(conn, fid, item, sizes) for item in c.stream_appends]
 
 
 def _completions_from(rows: list[tuple[Any, ...]]) -> list[CompletionRecord]:

@@ -120,6 +120,10 @@ def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None)
         done.set_exception(error)
 
 
+_STREAM_SIZES_KEPT = 100_000
+"""Streams whose sizes a store remembers (then it forgets them all and rescans)."""
+
+
 class SqliteFlowStore:
     """``FlowStore`` on one SQLite file in WAL mode.
 
@@ -135,6 +139,9 @@ class SqliteFlowStore:
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
+        self._stream_bytes: dict[tuple[str, str], int] = {}
+        """Bytes each Stream holds, as this process saw its appends: a trim scan runs
+        only when an append takes one past its capacity (not on every append)."""
         self.commits_written = 0
         """Commits applied so far (with ``transactions_written``: commits per fsync)."""
         self.transactions_written = 0
@@ -370,8 +377,7 @@ class SqliteFlowStore:
                 db.execute(f"DELETE FROM {table} WHERE flow_id=?", (commit.flow_id,))
         return self._apply(db, commit)
 
-    @classmethod
-    def _apply(cls, db: sqlite3.Connection, c: Commit) -> list[int]:
+    def _apply(self, db: sqlite3.Connection, c: Commit) -> list[int]:
         fid = c.flow_id
         if c.run is not None:
             db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", c.run.row())
@@ -426,7 +432,7 @@ class SqliteFlowStore:
                 "INSERT OR REPLACE INTO rpc_requests VALUES (?,?,?)",
                 (fid, c.rpc_request[0], c.rpc_request[1]),
             )
-        return [cls._append_stream(db, fid, item) for item in c.stream_appends]
+        return [self._append_stream(db, fid, item) for item in c.stream_appends]
 
     async def get_run(self, flow_id: str) -> RunRecord | None:
         return await self._run(self._get_run_sync, flow_id)
@@ -569,8 +575,7 @@ class SqliteFlowStore:
         # Streams ride in the group transactions of the commits around them.
         return await self._retry("append_streams", lambda: self._grouped(append))
 
-    @classmethod
-    def _append_stream(cls, db: sqlite3.Connection, flow_id: str, item: StreamAppend) -> int:
+    def _append_stream(self, db: sqlite3.Connection, flow_id: str, item: StreamAppend) -> int:
         last = db.execute(
             "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
             (flow_id, item.stream),
@@ -581,8 +586,27 @@ class SqliteFlowStore:
             (flow_id, item.stream, offset, time.time(), item.source, item.value),
         )
         if item.capacity_bytes > 0:
-            cls._trim_stream(db, flow_id, item.stream, item.capacity_bytes)
+            key = (flow_id, item.stream)
+            held = self._stream_bytes.get(key)
+            if held is None:
+                held = self._stream_size(db, flow_id, item.stream)
+            else:
+                held += len(item.value)
+            if held > item.capacity_bytes:
+                self._trim_stream(db, flow_id, item.stream, item.capacity_bytes)
+                held = self._stream_size(db, flow_id, item.stream)
+            if len(self._stream_bytes) >= _STREAM_SIZES_KEPT and key not in self._stream_bytes:
+                self._stream_bytes.clear()
+            self._stream_bytes[key] = held
         return offset
+
+    @staticmethod
+    def _stream_size(db: sqlite3.Connection, flow_id: str, stream: str) -> int:
+        row = db.execute(
+            "SELECT COALESCE(SUM(LENGTH(value)), 0) FROM streams WHERE flow_id=? AND stream=?",
+            (flow_id, stream),
+        ).fetchone()
+        return int(row[0])
 
     @staticmethod
     def _trim_stream(db: sqlite3.Connection, flow_id: str, stream: str, capacity: int) -> None:

@@ -21,6 +21,7 @@ from dex_agents_ray.engine._options import (
     RayTaskOptions,
     RemoteExecution,
     RemoteStepOptions,
+    RetentionOptions,
     StepAttemptProgress,
 )
 from dex_agents_ray.engine._placement import Placement, PlacementMode
@@ -39,6 +40,7 @@ __all__ = [
     "EngineError",
     "EngineRecoveryErrorInfo",
     "ExecutorPoolOptions",
+    "RetentionOptions",
     "FlowEngine",
     "FlowStore",
     "HostCallError",

@@ -29,13 +29,14 @@ from dex_agents_ray.engine._attempts import (
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._invoke import StepResult
-from dex_agents_ray.engine._options import StepAttemptProgress
+from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
 from dex_agents_ray.engine._pool import ExecutorPool
 from dex_agents_ray.engine._records import (
     Commit,
     ExecRecord,
     ExecStatus,
     LoadedRun,
+    PruneRequest,
     RecoveryRecord,
     RunStatus,
     evolve,
@@ -68,6 +69,7 @@ class RunDriver(AttemptRunner):
         pool: ExecutorPool | None = None,
         host_name: str = "",
         on_store_down: Callable[[], None] = lambda: None,
+        retention: RetentionOptions | None = None,
     ) -> None:
         self.store = store
         self.flow_id = flow_id
@@ -82,6 +84,8 @@ class RunDriver(AttemptRunner):
         self._pool = pool
         self._on_store_down = on_store_down
         self.streams = streams
+        self._retention = retention or RetentionOptions()
+        self._commits = 0
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, Live] = {}
@@ -215,6 +219,12 @@ class RunDriver(AttemptRunner):
         built = tx.build() if isinstance(tx, Tx) else tx
         # Stream writes queued meanwhile ride in this commit's transaction.
         built.stream_appends = self.streams.take(self.flow_id) + built.stream_appends
+        self._commits += 1
+        if self._commits % self._retention.prune_every_commits == 0 and built.prune is None:
+            built.prune = PruneRequest(
+                keep_finished_executions=self._retention.keep_finished_executions,
+                keep_rpc_requests=self._retention.keep_rpc_requests,
+            )
         try:
             offsets = await self.store.commit(built, replace_run=replace_run)
         except StaleEpochError:

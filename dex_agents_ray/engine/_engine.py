@@ -24,7 +24,7 @@ from dex_agents_ray.engine._hosts import (
     host_handle,
     scheduler_handle,
 )
-from dex_agents_ray.engine._options import ExecutorPoolOptions
+from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
 from dex_agents_ray.engine._placement import (
     DEDICATED_PREFIX,
     SHARED_PREFIX,
@@ -146,6 +146,7 @@ class FlowEngine:
         passivate_after: timedelta | None,
         host_resources: dict[str, float] | None = None,
         executor_pool: ExecutorPoolOptions | None = None,
+        retention: RetentionOptions | None = None,
     ) -> None:
         self.flows = flows
         self.registry = registry
@@ -164,6 +165,7 @@ class FlowEngine:
             passivate_after=None if passivate_after is None else passivate_after.total_seconds(),
             host_resources=host_resources,
             executor_pool=executor_pool or ExecutorPoolOptions(),
+            retention=retention or RetentionOptions(),
         )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
@@ -183,6 +185,7 @@ class FlowEngine:
         passivate_after: timedelta | None = None,
         host_resources: dict[str, float] | None = None,
         executor_pool: ExecutorPoolOptions | None = None,
+        retention: RetentionOptions | None = None,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -215,6 +218,9 @@ class FlowEngine:
             executor_pool: How the executor actors of remote Steps scale (see
                 ``ExecutorPoolOptions``); every driver of a namespace should
                 pass the same. ``None``: the defaults.
+            retention: What runs keep of their past (``RetentionOptions``: the
+                newest 2,000 finished executions with their history and 1,000
+                remembered RPC responses per run by default).
         """
         import ray
         from ray import cloudpickle
@@ -259,6 +265,7 @@ class FlowEngine:
             passivate_after=passivate_after,
             host_resources=host_resources,
             executor_pool=executor_pool,
+            retention=retention,
         )
         if passivate_after is not None:
             await scheduler_handle(engine.host_config).woken_runs.remote()

@@ -189,6 +189,7 @@ class FlowHost:
             # The actor ID tells an executor a re-created host (same name) from the old one.
             host_name=f"{self._config.placement.host_name(flow_id)}#{self._actor_id}",
             on_store_down=lambda: self._reload_later(flow_id),
+            retention=self._config.retention,
         )
         if loaded is not None:
             driver.load(loaded)

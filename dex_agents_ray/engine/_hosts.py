@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dex_agents_ray.engine._options import ExecutorPoolOptions
+from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
 from dex_agents_ray.engine._placement import Placement, PlacementMode
 from dex_agents_ray.engine._store import StoreConfig
 
@@ -25,6 +25,8 @@ class HostConfig:
     """Custom Ray resources each host actor needs (to keep hosts on some nodes)."""
     executor_pool: ExecutorPoolOptions = field(default_factory=ExecutorPoolOptions)
     """How remote Steps' pooled executors scale."""
+    retention: RetentionOptions = field(default_factory=RetentionOptions)
+    """What runs keep of their past."""
 
 
 _classes: dict[str, Any] = {}

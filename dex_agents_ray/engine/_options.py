@@ -197,6 +197,38 @@ class RemoteStepOptions(StepOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RetentionOptions:
+    """What the engine keeps of a run's past, so a run that lives for years keeps
+    bounded state (``FlowEngine.start(retention=...)``).
+
+    Active executions, completions (the run's result) and Stream heads are always
+    kept. Of the finished Step executions, the newest ``keep_finished_executions``
+    per run are kept with their ``read_step_history`` entries; older ones and
+    their history are deleted. Of the remembered RPC responses (request-ID
+    dedupe), the newest ``keep_rpc_requests`` per run are kept: a client retry
+    with an older request ID runs the RPC again. Pruning rides in a run's commit
+    once every ``prune_every_commits`` commits of its host. ``None`` keeps all.
+    """
+
+    keep_finished_executions: int | None = 2000
+    """Finished Step executions (and their history) kept per run."""
+    keep_rpc_requests: int | None = 1000
+    """Remembered RPC responses kept per run."""
+    prune_every_commits: int = 200
+    """How often (in a host's commits of the run) a commit also prunes."""
+
+    def __post_init__(self) -> None:
+        for name in ("keep_finished_executions", "keep_rpc_requests"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"RetentionOptions.{name} must be None or an int >= 1")
+        if self.prune_every_commits < 1:
+            raise ValueError("RetentionOptions.prune_every_commits must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExecutorPoolOptions:
     """How the engine scales the executor actors of each resource shape.
 

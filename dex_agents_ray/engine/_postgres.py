@@ -37,6 +37,7 @@ from dex_agents_ray.engine._records import (
     ExecStatus,
     HistoryRecord,
     LoadedRun,
+    PruneRequest,
     RunRecord,
     RunStatus,
     StreamAppend,
@@ -300,6 +301,8 @@ class PostgresFlowStore:
         # Tables added since schema version 1, for stores made before them.
         await _add_table(conn, "write_marks", _MARKS_SCHEMA)
         await _add_table(conn, "active_steps", _SEARCH_SCHEMA)
+        # Columns added since: when an RPC response was remembered (retention keeps the newest).
+        await _add_column(conn, "rpc_requests", "written", "DOUBLE PRECISION NOT NULL DEFAULT 0")
         if version is not None and version > SCHEMA_VERSION:
             raise RuntimeError(
                 f"store {self._config.location} has schema version {version}; this release "
@@ -624,6 +627,18 @@ class PostgresFlowStore:
 _COMPLETIONS = "SELECT step_type, exec_id, output FROM completions WHERE flow_id = %s ORDER BY seq"
 
 
+async def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
+    """Add ``column`` to ``table`` unless it exists, under the schema lock."""
+    cur = await conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_name = %s AND column_name = %s",
+        (table, column),
+    )
+    if await cur.fetchone() is None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+            await conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {ddl}")
+
+
 async def _add_table(conn: Connection, table: str, ddl: str) -> None:
     """Run ``ddl`` (which creates ``table``) unless ``table`` exists, under the schema lock."""
     cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
@@ -771,11 +786,49 @@ async def _apply(conn: Connection, c: Commit, sizes: StreamSizes | None = None) 
         )
     if c.rpc_request is not None:
         await conn.execute(
-            "INSERT INTO rpc_requests (flow_id, request_id, response) VALUES (%s, %s, %s) "
-            "ON CONFLICT (flow_id, request_id) DO UPDATE SET response = EXCLUDED.response",
-            (fid, c.rpc_request[0], c.rpc_request[1]),
+            "INSERT INTO rpc_requests (flow_id, request_id, response, written) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (flow_id, request_id) DO UPDATE "
+            "SET response = EXCLUDED.response, written = EXCLUDED.written",
+            (fid, c.rpc_request[0], c.rpc_request[1], time.time()),
         )
+    if c.prune is not None:
+        await _prune(conn, fid, c.prune)
     return [await _append_stream(conn, fid, item, sizes) for item in c.stream_appends]
+
+
+_OLD_FINISHED = (
+    "SELECT exec_id FROM executions WHERE flow_id = %(f)s "
+    "AND status IN ('completed', 'failed', 'canceled') ORDER BY written DESC OFFSET %(k)s"
+)
+
+
+async def _prune(conn: Connection, fid: str, prune: PruneRequest) -> None:
+    """Delete the run's older finished executions with their history, and its older
+    remembered RPC responses (``RetentionOptions``)."""
+    if prune.keep_finished_executions is not None:
+        keep = {"f": fid, "k": prune.keep_finished_executions}
+        await conn.execute(
+            f"DELETE FROM history WHERE flow_id = %(f)s AND exec_id IN ({_OLD_FINISHED})", keep
+        )
+        await conn.execute(
+            f"DELETE FROM executions WHERE flow_id = %(f)s AND exec_id IN ({_OLD_FINISHED})", keep
+        )
+    if prune.keep_rpc_requests is not None:
+        keep = {"f": fid, "k": prune.keep_rpc_requests}
+        await conn.execute(
+            "DELETE FROM rpc_requests WHERE flow_id = %(f)s AND request_id IN ("
+            "SELECT request_id FROM rpc_requests WHERE flow_id = %(f)s "
+            "ORDER BY written DESC OFFSET %(k)s)",
+            keep,
+        )
+        # History of no kept execution (RPCs, run events): the newest as many.
+        await conn.execute(
+            "DELETE FROM history WHERE flow_id = %(f)s AND seq IN ("
+            "SELECT seq FROM history WHERE flow_id = %(f)s AND exec_id NOT IN "
+            "(SELECT exec_id FROM executions WHERE flow_id = %(f)s) "
+            "ORDER BY seq DESC OFFSET %(k)s)",
+            keep,
+        )
 
 
 def _completions_from(rows: list[tuple[Any, ...]]) -> list[CompletionRecord]:

@@ -295,6 +295,8 @@ class Commit:
     """``(request_id, response)`` remembered for retried client calls."""
     stream_appends: list[StreamAppend] = field(default_factory=list)
     """Stream writes that ride in this commit's transaction (appended in order)."""
+    prune: PruneRequest | None = None
+    """Delete the run's older finished executions, history and RPC responses."""
 
 
 @dataclass(kw_only=True)
@@ -306,6 +308,14 @@ class LoadedRun:
     messages: list[ChannelMessageRecord]
     executions: list[ExecRecord]
     completions: list[CompletionRecord]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneRequest:
+    """What a commit prunes (see ``RetentionOptions``); ``None`` keeps all of a kind."""
+
+    keep_finished_executions: int | None
+    keep_rpc_requests: int | None
 
 
 @dataclass(frozen=True, kw_only=True)

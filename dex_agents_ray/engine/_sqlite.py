@@ -22,6 +22,7 @@ from dex_agents_ray.engine._records import (
     ExecStatus,
     HistoryRecord,
     LoadedRun,
+    PruneRequest,
     RunRecord,
     RunStatus,
     StreamAppend,
@@ -432,7 +433,40 @@ class SqliteFlowStore:
                 "INSERT OR REPLACE INTO rpc_requests VALUES (?,?,?)",
                 (fid, c.rpc_request[0], c.rpc_request[1]),
             )
+        if c.prune is not None:
+            self._prune(db, fid, c.prune)
         return [self._append_stream(db, fid, item) for item in c.stream_appends]
+
+    @staticmethod
+    def _prune(db: sqlite3.Connection, fid: str, prune: PruneRequest) -> None:
+        """Delete the run's older finished executions with their history, and its
+        older remembered RPC responses (``RetentionOptions``); rowids order them
+        by when they were last written."""
+        if prune.keep_finished_executions is not None:
+            old = (
+                "SELECT exec_id FROM executions WHERE flow_id=?1 AND status IN "
+                "('completed','failed','canceled') ORDER BY rowid DESC LIMIT -1 OFFSET ?2"
+            )
+            keep = (fid, prune.keep_finished_executions)
+            db.execute(f"DELETE FROM history WHERE flow_id=?1 AND exec_id IN ({old})", keep)
+            db.execute(f"DELETE FROM executions WHERE flow_id=?1 AND exec_id IN ({old})", keep)
+        if prune.keep_rpc_requests is not None:
+            keep = (fid, prune.keep_rpc_requests)
+            db.execute(
+                "DELETE FROM rpc_requests WHERE flow_id=?1 AND rowid IN (SELECT rowid FROM "
+                "rpc_requests WHERE flow_id=?1 ORDER BY rowid DESC LIMIT -1 OFFSET ?2)",
+                keep,
+            )
+            # History of no kept execution (RPCs, run events): the newest as many.
+            loose = (
+                "SELECT seq FROM history WHERE flow_id=?1 AND exec_id NOT IN "
+                "(SELECT exec_id FROM executions WHERE flow_id=?1)"
+            )
+            db.execute(
+                f"DELETE FROM history WHERE flow_id=?1 AND seq IN ({loose} "
+                "ORDER BY seq DESC LIMIT -1 OFFSET ?2)",
+                keep,
+            )
 
     async def get_run(self, flow_id: str) -> RunRecord | None:
         return await self._run(self._get_run_sync, flow_id)

@@ -76,7 +76,14 @@ def build_plan_flow() -> AgentSessionFlow:
     return builtin_agent_session_flow(agent, flow_type="BuiltinPlanner")
 
 
-def build_compacting_flow(state_dir: str, *, window_tokens: int = 1500) -> AgentSessionFlow:
+def build_compacting_flow(
+    state_dir: str,
+    *,
+    window_tokens: int = 1500,
+    retained_message_limit: int = 8,
+    event_stream_capacity_bytes: int = 10 * 1024 * 1024,
+    inline_tools: bool = False,
+) -> AgentSessionFlow:
     """A support agent that compacts a small context window and keeps few messages.
 
     Its model logs every call to ``model.log``: ``summary`` for a summary call,
@@ -138,7 +145,9 @@ def build_compacting_flow(state_dir: str, *, window_tokens: int = 1500) -> Agent
         builtin_agent_session_options(agent),
         message_window_size=4,
         message_chunk_size=4,
-        retained_message_limit=8,
+        retained_message_limit=retained_message_limit,
+        event_stream_capacity_bytes=event_stream_capacity_bytes,
+        inline_tools=frozenset({"lookup_order"}) if inline_tools else frozenset(),
     )
     return AgentSessionFlow(BuiltinLoopAgentRunner(agent), flow_type="Compacting", options=options)
 

@@ -135,6 +135,14 @@ from dex_agents_ray.session._settings import (
     session_settings_size,
     validate_session_settings,
 )
+from dex_agents_ray.session._spend import (
+    SPEND_LIMIT_REFUSED_PREFIX,
+    ModelCallPurpose,
+    ModelSpendDecision,
+    ModelSpendLimit,
+    ModelSpendRequest,
+    RaySpendLimit,
+)
 from dex_agents_ray.session._steps_tools import idempotency_key
 from dex_agents_ray.session._values import (
     AgentInterrupt,
@@ -313,4 +321,10 @@ __all__ = [
     "estimate_stored_input_tokens",
     "estimate_text_tokens",
     "select_turn_boundary_cutoff",
+    "SPEND_LIMIT_REFUSED_PREFIX",
+    "ModelCallPurpose",
+    "ModelSpendDecision",
+    "ModelSpendLimit",
+    "ModelSpendRequest",
+    "RaySpendLimit",
 ]

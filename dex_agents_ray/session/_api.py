@@ -361,6 +361,9 @@ class AgentSessionOptions:
     compaction: CompactionPolicy | None = None
     """Summarize older messages to stay under the context window (needs a
     ``ContextCompactionRunner``); ``None`` never compacts."""
+    spend_limit: Any = None
+    """A ``ModelSpendLimit`` asked before every model and summary call; ``None``
+    makes no checks."""
     tool_ray_options: RayTaskOptions = field(default_factory=RayTaskOptions)
     """Ray options of every tool Step (pooled executors of that resource shape by
     default) unless the runner or ``tool_ray_options_by_name`` says otherwise."""
@@ -413,6 +416,11 @@ class AgentSessionOptions:
             or self.retained_message_limit < 1
         ):
             raise ValueError("AgentSessionOptions.retained_message_limit must be None or >= 1")
+        if self.spend_limit is not None and not (
+            callable(getattr(self.spend_limit, "reserve", None))
+            and callable(getattr(self.spend_limit, "record", None))
+        ):
+            raise TypeError("AgentSessionOptions.spend_limit must be a ModelSpendLimit or None")
         if self.compaction is not None and not isinstance(self.compaction, CompactionPolicy):
             raise TypeError("AgentSessionOptions.compaction must be a CompactionPolicy or None")
 

@@ -74,6 +74,12 @@ from dex_agents_ray.session._settings import (
     INVALID_START_SESSION_SETTINGS_REASON,
     session_settings_problem,
 )
+from dex_agents_ray.session._spend import (
+    SPEND_LIMIT_REFUSED_PREFIX,
+    ModelCallPurpose,
+    ModelSpendDecision,
+    ModelSpendRequest,
+)
 from dex_agents_ray.session._tool_requests import start_queued_write
 from dex_agents_ray.session._turns import (
     apply_outcome,
@@ -275,7 +281,12 @@ class RunModel(_TurnStep):
                 AGENT_STATE.set(context, replace(state, status=AgentStatus.COMPACTING_CONTEXT))
                 return dex.go_to(CompactContext, CompactContextInput(through_sequence=cutoff))
             async with beats.running():
+                spend = _spend_request(context, config, turn, ModelCallPurpose.MODEL_CALL)
+                refused = await _reserve(config, spend)
+                if refused is not None:
+                    return fail_turn(context, config, state, refused, turn)
                 outcome = await config.runner.run_model_step(turn)
+                await _record_spend(config, spend, getattr(outcome, "usage", None))
         finally:
             writer.close()
         return apply_outcome(context, config, state, turn, outcome)
@@ -330,7 +341,12 @@ class CompactContext(Step[CompactContextInput]):
             )
             try:
                 async with beats.running():
+                    spend = _spend_request(context, config, turn, ModelCallPurpose.CONTEXT_SUMMARY)
+                    refused = await _reserve(config, spend)
+                    if refused is not None:
+                        return fail_turn(context, config, state, refused, turn)
                     result = await runner.summarize_context(request)
+                    await _record_spend(config, spend, getattr(result, "usage", None))
             finally:
                 writer.close()
             if not isinstance(result, ContextSummaryResult):
@@ -575,6 +591,48 @@ class FinishTurnCancellation(Step[str]):
             cancellation_reason=CancellationReason.TURN_CANCELLED,
         )
         return None
+
+
+def _spend_request(
+    context: Context, config: SessionConfig, turn: AgentTurnContext, purpose: ModelCallPurpose
+) -> ModelSpendRequest | None:
+    if config.options.spend_limit is None:
+        return None
+    return ModelSpendRequest(
+        flow_id=context.flow_id,
+        turn_id=turn.turn_id,
+        step_execution_id=context.step_execution_id,
+        attempt=context.attempt,
+        purpose=purpose,
+        session_settings=dict(turn.session_settings),
+    )
+
+
+async def _reserve(config: SessionConfig, request: ModelSpendRequest | None) -> str | None:
+    """``None`` when the call may go ahead; else the turn's ``last_turn_error``."""
+    limit = config.options.spend_limit
+    if limit is None or request is None:
+        return None
+    decision = await limit.reserve(request)
+    if not isinstance(decision, ModelSpendDecision):
+        raise TypeError(f"ModelSpendLimit.reserve returned {type(decision).__name__}")
+    if decision.allowed:
+        return None
+    return f"{SPEND_LIMIT_REFUSED_PREFIX}: {decision.reason or 'no reason given'}"
+
+
+async def _record_spend(
+    config: SessionConfig, request: ModelSpendRequest | None, usage: object
+) -> None:
+    limit = config.options.spend_limit
+    if limit is None or request is None or not isinstance(usage, AgentUsage):
+        return
+    try:
+        await limit.record(request, usage)
+    except Exception:  # the call happened: a lost count must not fail the Step
+        logger.warning(
+            "session %s: the spend limit's record failed", request.flow_id, exc_info=True
+        )
 
 
 def _model_step_options(config: SessionConfig) -> StepOptions:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
 from dex.flow import _RegisteredFlow
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
 from dex_agents_ray.engine._invoke import FlowMapper, StepResult, invoke_step
 from dex_agents_ray.engine._options import RayTaskOptions, RemoteExecution, StepAttemptProgress
@@ -127,7 +127,7 @@ class AttemptRunner:
         is_wait = method is InvocationMethod.WAIT_FOR
         # A remote attempt records its start later, at its acknowledgement: fix
         # first_attempt_at now so the request and the record agree.
-        first_attempt_at = record.first_attempt_at or float(int(time.time()))
+        first_attempt_at = record.first_attempt_at or float(int(clock.now()))
         request = (
             self.state.wait_for_request(record, attempt)
             if is_wait

@@ -18,6 +18,7 @@ from typing import Any
 from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._attempt import AttemptOutcome
 from dex_agents_ray.engine._attempts import (
     AttemptRunner,
@@ -204,7 +205,7 @@ class RunDriver(AttemptRunner):
     # -- commits -----------------------------------------------------------------------
 
     def tx(self) -> Tx:
-        return Tx(self.state, self.epoch, time.time())
+        return Tx(self.state, self.epoch, clock.now())
 
     async def commit(self, tx: Tx | Commit, *, replace_run: bool = False) -> Commit:
         """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``.
@@ -321,7 +322,7 @@ class RunDriver(AttemptRunner):
 
     async def _sleep_until(self, when: float | None) -> None:
         if when is not None:
-            delay = when - time.time()
+            delay = when - clock.now()
             if delay > 0:
                 await asyncio.sleep(delay)
 
@@ -578,7 +579,7 @@ class RunDriver(AttemptRunner):
             self._timer.cancel()
             self._timer = None
         if when is not None:
-            delay = max(0.0, when - time.time()) + 0.001
+            delay = max(0.0, when - clock.now()) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
 
 

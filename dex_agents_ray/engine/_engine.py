@@ -309,6 +309,44 @@ class FlowEngine:
             self._sync = SyncEngineClient(self.client)
         return self._sync
 
+    async def advance_clock(self, delta: timedelta) -> float:
+        """Move the engine's clock ``delta`` ahead (a test engine that skips time).
+
+        Every host, the scheduler and every executor of the namespace move with
+        it, and the offset is stored with the runs, so a host that starts later
+        reads it: durable waits, interrupt deadlines and timers of days or a year
+        become due at once. Elapsed-time limits (Step timeouts, heartbeat
+        timeouts, retry back-offs) do not move. Returns the new offset in seconds.
+
+        Raises:
+            ValueError: ``delta`` is negative (the clock never goes back).
+        """
+        if not isinstance(delta, timedelta):
+            raise TypeError(f"advance_clock takes a timedelta, not {type(delta).__name__}")
+        if delta < timedelta(0):
+            raise ValueError(f"advance_clock: the clock never goes back ({delta})")
+        import ray
+
+        from dex_agents_ray.engine import _clock
+
+        seconds = max(await self.store.clock_offset(), _clock.offset()) + delta.total_seconds()
+        await self.store.set_clock_offset(seconds)
+        _clock.set_offset(seconds)
+        prefixes = ("dexhost:", "dexrun:", "dexexec:", SCHEDULER_NAME)
+        calls: list[Any] = []
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == self.namespace and actor["name"].startswith(prefixes):
+                try:
+                    handle = ray.get_actor(actor["name"], namespace=self.namespace)
+                except ValueError:
+                    continue  # it exited meanwhile; it reads the stored offset when it starts
+                calls.append(handle.set_clock_offset.remote(seconds))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                logger.info("advance_clock: an actor did not take the new clock: %s", result)
+        return seconds
+
     async def shutdown(self, *, stop_hosts: bool | None = None) -> None:
         """Close the engine's store; stop hosts and Ray when this engine started Ray.
 

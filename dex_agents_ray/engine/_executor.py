@@ -32,6 +32,7 @@ from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
 from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
 from dex_agents_ray.engine._options import StepAttemptProgress
@@ -99,8 +100,14 @@ class StepExecutor:
     """One pooled executor; see the module docstring."""
 
     async def __init__(  # type: ignore[misc]
-        self, namespace: str, shape: str, concurrency: int, orphan_check_seconds: float
+        self,
+        namespace: str,
+        shape: str,
+        concurrency: int,
+        orphan_check_seconds: float,
+        clock_offset: float = 0.0,
     ) -> None:
+        clock.set_offset(clock_offset)
         self._namespace = namespace
         """Where the hosts' names live (the actors' namespace, not the job's)."""
         self._shape = shape
@@ -117,6 +124,10 @@ class StepExecutor:
         self._watcher = asyncio.get_running_loop().create_task(self._watch_orphans())
 
     # -- calls ---------------------------------------------------------------------------
+
+    def set_clock_offset(self, seconds: float) -> None:
+        """A test engine moved the clock."""
+        clock.set_offset(seconds)
 
     async def run(
         self,

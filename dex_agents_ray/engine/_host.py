@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._attempts import FlowDefinition
 from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import (
@@ -62,6 +63,7 @@ class FlowHost:
         self._config = config
         self._store: FlowStore = open_store(config.store)
         await self._store.open()
+        clock.set_offset(await self._store.clock_offset())
         self._exiting = False
         self._passivated = 0
         self._drivers: dict[str, RunDriver] = {}
@@ -112,7 +114,7 @@ class FlowHost:
 
     async def _passivate(self, flow_id: str, driver: RunDriver, idle: float) -> None:
         async with driver.commit_lock:
-            ok, wake_at = driver.passivation(time.time(), idle)
+            ok, wake_at = driver.passivation(clock.now(), idle)
             if not ok or self._drivers.get(flow_id) is not driver:
                 return
             dedicated = self._config.placement.mode is PlacementMode.DEDICATED
@@ -373,6 +375,13 @@ class FlowHost:
         if self._resume is not None:
             await self._resume
         return True
+
+    def set_clock_offset(self, seconds: float) -> None:
+        """A test engine moved the clock: look at every run's waits and timers again."""
+        clock.set_offset(seconds)
+        self._pool.set_clock_offset(seconds)
+        for driver in self._drivers.values():
+            driver.schedule_evaluation()
 
     def pid(self) -> int:
         return os.getpid()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from dex.runtime_errors import (
     RpcLockConflictError,
 )
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._decisions import cancel_matching, create_movements
 from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import service_error, worker_error
@@ -82,7 +82,7 @@ async def start_run(driver: RunDriver, request: StartRequest) -> str:
             refusal = _reuse_refusal(existing, request)
             if refusal is not None:
                 raise _already_started(driver.flow_id, refusal)
-        now = time.time()
+        now = clock.now()
         fresh = RunState()
         fresh.run = RunRecord(
             flow_id=driver.flow_id,

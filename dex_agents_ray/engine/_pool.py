@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._executor import (
     CANCELLED,
     AttemptKey,
@@ -74,6 +75,12 @@ class ExecutorPool:
         self._by_text: dict[str, _Shape] = {}
         self._waiting: dict[AttemptKey, _Pending] = {}
         self._background: set[asyncio.Task[None]] = set()
+
+    def set_clock_offset(self, seconds: float) -> None:
+        """Move the clock of every executor this pool knows (a test engine moved it)."""
+        for shape in self._shapes.values():
+            for handle in shape.handles:
+                handle.set_clock_offset.remote(seconds)
 
     def submit(
         self,
@@ -192,6 +199,7 @@ class ExecutorPool:
                 shape.options.to_json(),
                 shape.concurrency,
                 self._options.orphan_check.total_seconds(),
+                clock.offset(),
             )
         )
         shape.handles.append(handle)

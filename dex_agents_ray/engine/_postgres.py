@@ -558,6 +558,24 @@ class PostgresFlowStore:
         row = await self._run(_fetch_one, "SELECT COUNT(*) FROM passivated", ())
         return 0 if row is None else int(row[0])
 
+    async def clock_offset(self) -> float:
+        row = await self._run(_fetch_one, "SELECT value FROM meta WHERE key = 'clock_offset'", ())
+        return 0.0 if row is None else float(row[0])
+
+    async def set_clock_offset(self, seconds: float) -> None:
+        pool = self._connections
+
+        async def attempt(tries: int) -> None:
+            assert pool is not None
+            async with pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('clock_offset', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    (repr(float(seconds)),),
+                )
+
+        await self._retry("set_clock_offset", attempt)
+
     # -- streams ----------------------------------------------------------------------
 
     async def append_stream(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import HostPassivatedError, unwrap
 from dex_agents_ray.engine._hosts import HostConfig, host_handle
 from dex_agents_ray.engine._store import FlowStore, open_store
@@ -28,12 +28,18 @@ class FlowScheduler:
         self._config = config
         self._store: FlowStore = open_store(config.store)
         await self._store.open()
+        clock.set_offset(await self._store.clock_offset())
         self._wakeup = asyncio.Event()
         self.woken = 0
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
     def notify(self) -> None:
         """A run was passivated with a timer: look at the due times again."""
+        self._wakeup.set()
+
+    def set_clock_offset(self, seconds: float) -> None:
+        """A test engine moved the clock: wake the runs now due."""
+        clock.set_offset(seconds)
         self._wakeup.set()
 
     def woken_runs(self) -> int:
@@ -46,13 +52,13 @@ class FlowScheduler:
             # store is read (a run passivated just after the read) wakes us again.
             self._wakeup.clear()
             try:
-                for flow_id in await self._store.due_passivated(time.time()):
+                for flow_id in await self._store.due_passivated(clock.now()):
                     await self._wake(flow_id)
                 due = await self._store.next_passivated_wake()
             except Exception:
                 logger.exception("scheduler: reading due runs failed; retrying")
-                due = time.time() + 1.0
-            delay = _MAX_SLEEP if due is None else min(_MAX_SLEEP, max(0.01, due - time.time()))
+                due = clock.now() + 1.0
+            delay = _MAX_SLEEP if due is None else min(_MAX_SLEEP, max(0.01, due - clock.now()))
             try:
                 await asyncio.wait_for(self._wakeup.wait(), delay)
             except TimeoutError:

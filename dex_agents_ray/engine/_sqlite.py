@@ -591,6 +591,22 @@ class SqliteFlowStore:
 
         return await self._run(read)
 
+    async def clock_offset(self) -> float:
+        def read() -> float:
+            row = self._db().execute("SELECT value FROM meta WHERE key='clock_offset'").fetchone()
+            return 0.0 if row is None else float(row[0])
+
+        return await self._run(read)
+
+    async def set_clock_offset(self, seconds: float) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('clock_offset', ?)",
+                (repr(float(seconds)),),
+            )
+
+        await self._retry("set_clock_offset", lambda: self._grouped(write))
+
     # -- streams ----------------------------------------------------------------------
 
     async def append_stream(

@@ -19,6 +19,7 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 from dex.runtime_errors import ChannelMessageNotFoundError
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import service_error
 from dex_agents_ray.engine._invoke import MovementExtras
 from dex_agents_ray.engine._records import (
@@ -113,7 +114,7 @@ class RunState:
             run_id=self.run.run_id,
             flow_started_timestamp=int(self.run.started_at),
             step_execution_id=e.exec_id,
-            first_attempt_timestamp=int(e.first_attempt_at or time.time()),
+            first_attempt_timestamp=int(e.first_attempt_at or clock.now()),
             attempt=attempt,
             from_step_execution_id=e.from_exec_id,
             run_attempt=1,

@@ -112,6 +112,13 @@ class FlowStore(Protocol):
     async def passivated_count(self) -> int:
         """How many runs are passivated (no host holds them)."""
 
+    async def clock_offset(self) -> float:
+        """The engine clock's offset (seconds ahead of real time; 0 unless a test
+        engine moved it)."""
+
+    async def set_clock_offset(self, seconds: float) -> None:
+        """Store the engine clock's offset (see ``FlowEngine.advance_clock``)."""
+
     async def append_stream(
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
     ) -> int:

@@ -9,10 +9,11 @@ types, so the wire carries the plain strings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from dex_agents_ray.engine import _clock
 from dex_agents_ray.engine._codecs import share_decoded_values
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect
@@ -68,7 +69,7 @@ def check_schema_version(owner: str, version: int) -> None:
 
 def utc_now() -> datetime:
     """The current time, timezone-aware, in UTC."""
-    return datetime.now(UTC)
+    return _clock.utc_now()
 
 
 class MessageRole(StrEnum):

@@ -6,6 +6,8 @@ which import this module by name.
 
 from __future__ import annotations
 
+import json
+
 from dex_agents_ray import AgentSessionFlow, ToolEffect
 from dex_agents_ray.builtin_loop import (
     AgentDefinition,
@@ -83,6 +85,7 @@ def build_compacting_flow(
     retained_message_limit: int = 8,
     event_stream_capacity_bytes: int = 10 * 1024 * 1024,
     inline_tools: bool = False,
+    calls_per_turn: int = 1,
 ) -> AgentSessionFlow:
     """A support agent that compacts a small context window and keeps few messages.
 
@@ -123,13 +126,17 @@ def build_compacting_flow(
         unknown = sum(
             1 for item in request.input if getattr(item, "output", None) == OUTCOME_UNKNOWN_TEXT
         )
-        log.record(f"call/{len(request.input)}/{seen}/{unknown}")
-        if results:
+        # The k-th call of a turn looks up order A<k>; the last result says which.
+        done = int(json.loads(results[-1].output)["order_id"][1:]) if results else 0
+        log.record(f"call/{len(request.input)}/{seen}/{unknown}/{done}")
+        if done >= calls_per_turn:
             return ScriptedModelReply(text="Order A1: " + results[-1].output)
         return ScriptedModelReply(
             tool_calls=[
                 ScriptedToolCall(
-                    tool_call_id="call-1", tool_name="lookup_order", arguments={"order_id": "A1"}
+                    tool_call_id=f"call-{done + 1}",
+                    tool_name="lookup_order",
+                    arguments={"order_id": f"A{done + 1}"},
                 )
             ]
         )

@@ -39,10 +39,10 @@ async def test_a_long_session_compacts_and_keeps_its_state_bounded(
     assert summaries >= 2  # compacted again and again
     model_calls = [c.split("/") for c in calls if c != "summary"]
     assert len(model_calls) == 32  # 16 turns x 2 calls: a compaction adds no model call
-    assert all(unknown == "0" for *_, unknown in model_calls)  # no call without its result
+    assert all(unknown == "0" for _, _, _, unknown, _ in model_calls)  # every call has its result
     after = model_calls[calls.index("summary") :]
-    assert all(seen == "True" for _, _, seen, _ in after)  # the summary note leads the input
-    assert max(int(items) for _, items, _, _ in after) < 30  # the input stays bounded
+    assert all(seen == "True" for _, _, seen, _, _ in after)  # the summary note leads the input
+    assert max(int(items) for _, items, _, _, _ in after) < 30  # the input stays bounded
 
     # Retention: summarized chunks are gone, the newest messages stay.
     page = await sessions.list_agent_messages("long", limit=200)
@@ -126,3 +126,27 @@ async def test_cancel_turn_during_compaction_drops_the_summary(
     kinds = [e.type for e in events]
     assert AgentEventType.COMPACTION_STARTED in kinds
     assert AgentEventType.COMPACTION_FINISHED not in kinds  # its answer was dropped
+
+
+async def test_a_turn_with_many_tool_calls_compacts_mid_turn_keeping_calls_whole(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = build_compacting_flow(str(state_dir), window_tokens=700, calls_per_turn=12)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    done = await _turns(sessions, "many", 2)
+    assert done.state is not None and done.state.last_turn_error is None
+
+    calls = InvocationLog(state_dir / "model.log").entries()
+    # A summary between two calls of one turn (the k-th and k+1-th lookup of a turn).
+    mid = [
+        i
+        for i, entry in enumerate(calls)
+        if entry == "summary"
+        and 0 < i < len(calls) - 1
+        and calls[i - 1].split("/")[-1] not in ("0", "12")
+    ]
+    assert mid, calls
+    model_calls = [c.split("/") for c in calls if c != "summary"]
+    assert all(unknown == "0" for _, _, _, unknown, _ in model_calls)  # no call lost its result
+    assert [int(done) for *_, done in model_calls] == list(range(13)) * 2  # in order, no repeat

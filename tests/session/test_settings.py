@@ -139,3 +139,26 @@ async def test_bad_settings_are_refused_by_the_client_and_by_the_session(
     result = await engine.client.wait_for_flow("s2", timeout=60)
     assert result.status is dex.FlowStatus.FAILED
     assert (result.error_message or "").startswith(INVALID_START_SESSION_SETTINGS_REASON)
+
+
+async def test_a_resolver_that_raises_fails_the_turn_without_the_settings(
+    engine_factory: Any,
+) -> None:
+    flow = build_flow()
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("s1", "hello", session_settings={"model": "secret-zzz"})
+    failed = await snapshot_when(
+        sessions,
+        "s1",
+        lambda s: s.state is not None and s.state.last_turn_error is not None,
+        description="the failed turn",
+    )
+    assert failed.state is not None and failed.state.last_turn_error is not None
+    assert "no such model is configured" in failed.state.last_turn_error
+    assert "secret-zzz" not in failed.state.last_turn_error
+    # The next turn with settings the resolver knows works.
+    assert await sessions.update_session_settings("s1", {"model": "b"})
+    assert await sessions.send_user_message("s1", "again")
+    done = await snapshot_when(sessions, "s1", turn_done(2), description="turn 2")
+    assert _texts(done)[-1] == "b: answered"

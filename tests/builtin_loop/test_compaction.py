@@ -8,8 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dex_agents_ray import AgentEventType, AgentSessionClient
-from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
+from dex_agents_ray.testing import (
+    ContextWindowSessionScenario,
+    FileGate,
+    InvocationLog,
+    kill_flow_actor,
+)
 from tests.builtin_loop.agents import build_compacting_flow
 from tests.session.polling import eventually, read_events, snapshot_when, turn_done
 
@@ -150,3 +157,27 @@ async def test_a_turn_with_many_tool_calls_compacts_mid_turn_keeping_calls_whole
     model_calls = [c.split("/") for c in calls if c != "summary"]
     assert all(unknown == "0" for _, _, _, unknown, _ in model_calls)  # no call lost its result
     assert [int(done) for *_, done in model_calls] == list(range(13)) * 2  # in order, no repeat
+
+
+async def test_the_context_window_scenario_drives_a_session_past_its_window(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    flow = build_compacting_flow(str(state_dir), window_tokens=900)
+    engine = await engine_factory([flow])
+    scenario = ContextWindowSessionScenario(
+        sessions=AgentSessionClient(engine.client, flow), turns=12
+    )
+    result = await scenario.run()
+    assert result.compactions >= 1 and result.summary_generation == result.compactions
+    assert result.deleted_before_sequence is not None  # retention deleted summarized chunks
+    assert result.last_sequence == 4 * 12
+
+    # A window the session never reaches fails the scenario, naming why.
+    roomy = build_compacting_flow(str(state_dir), window_tokens=1_000_000)
+    roomy_engine = await engine_factory(
+        [roomy], namespace=f"{engine.namespace}-roomy", store=state_dir / "roomy.db"
+    )
+    with pytest.raises(AssertionError, match="without compacting"):
+        await ContextWindowSessionScenario(
+            sessions=AgentSessionClient(roomy_engine.client, roomy), session_id="roomy", turns=2
+        ).run()

@@ -103,12 +103,16 @@ def window_messages(context: Context) -> list[AgentMessage]:
     return messages
 
 
-def load_messages(context: Context) -> list[AgentMessage]:
-    """Every kept message, oldest first (needs both maps loaded)."""
+def load_messages(context: Context, *, after: int = 0) -> list[AgentMessage]:
+    """Every kept message, oldest first; with ``after``, the chunks that hold only
+    messages at or before it are skipped (they need not be loaded). Needs the
+    window and the other chunks loaded."""
     index = AGENT_MESSAGE_INDEX.get(context)
     messages: list[AgentMessage] = []
     if index is not None:
         for info in index.chunks:
+            if info.last_sequence <= after:
+                continue
             chunk = AGENT_MESSAGE_CHUNKS.get(context, message_sequence_key(info.first_sequence))
             if chunk is None:
                 raise RuntimeError(
@@ -117,6 +121,18 @@ def load_messages(context: Context) -> list[AgentMessage]:
             messages.extend(chunk.messages)
     messages.extend(window_messages(context))
     return messages
+
+
+def chunks_after(context: Context, sequence: int) -> list[str]:
+    """The keys of the kept chunks that hold a message after ``sequence``."""
+    index = AGENT_MESSAGE_INDEX.get(context)
+    if index is None:
+        return []
+    return [
+        message_sequence_key(info.first_sequence)
+        for info in index.chunks
+        if info.last_sequence > sequence
+    ]
 
 
 def _write_chunk(

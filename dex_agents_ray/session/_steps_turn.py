@@ -14,6 +14,7 @@ ended and do nothing).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from dataclasses import replace
@@ -31,7 +32,7 @@ from dex_agents_ray.session._compaction import (
     ContextSummaryResult,
 )
 from dex_agents_ray.session._control import cancelled, control_reason, steered, wake_waiting_calls
-from dex_agents_ray.session._messages import apply_retention
+from dex_agents_ray.session._messages import apply_retention, chunks_after
 from dex_agents_ray.session._movements import (
     cancel_task_movement,
     question_movement,
@@ -172,7 +173,7 @@ class StartAgentSession(_TurnStep):
             return dex.go_to(AwaitUserMessage, None)
         message = AgentUserMessage(text=text, images=input.images)
         begin_turn(context, self.config, state, _user_message(self.config, message))
-        return dex.go_to(RunModel, None)
+        return dex.go_to_many(run_model_movement(context, self.config))
 
 
 class AwaitUserMessage(_TurnStep):
@@ -213,7 +214,7 @@ class AwaitUserMessage(_TurnStep):
             begin_turn(
                 context, self.config, state, _user_message(self.config, messages[0]), mode=mode
             )
-            return dex.go_to(RunModel, None)
+            return dex.go_to_many(run_model_movement(context, self.config))
         plan = _executable_plan(context)
         approvals = (
             list(PLAN_EXECUTIONS.results(context, plan_execution_key(plan.revision)))
@@ -223,7 +224,7 @@ class AwaitUserMessage(_TurnStep):
         if plan is None or not approvals:
             return dex.go_to(AwaitUserMessage, None)  # a stale wake
         self._execute_plan(context, state, plan)
-        return dex.go_to(RunModel, None)
+        return dex.go_to_many(run_model_movement(context, self.config))
 
     def _execute_plan(self, context: Context, state: AgentState, plan: AgentPlan) -> None:
         """Start the ``executing`` turn of an approved plan revision."""
@@ -279,7 +280,8 @@ class RunModel(_TurnStep):
             cutoff = await _compaction_cutoff(context, config, turn)
             if cutoff is not None:
                 AGENT_STATE.set(context, replace(state, status=AgentStatus.COMPACTING_CONTEXT))
-                return dex.go_to(CompactContext, CompactContextInput(through_sequence=cutoff))
+                through = CompactContextInput(through_sequence=cutoff)
+                return dex.go_to_many(model_movement(context, config, CompactContext, through))
             async with beats.running():
                 spend = _spend_request(context, config, turn, ModelCallPurpose.MODEL_CALL)
                 refused = await _reserve(config, spend)
@@ -372,7 +374,7 @@ class CompactContext(Step[CompactContextInput]):
             )
             apply_retention(context, config.options, state.last_sequence)
         AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
-        return dex.go_to(RunModel, None)
+        return dex.go_to_many(run_model_movement(context, self.config))
 
 
 class ResumeTurn(Step[int]):
@@ -410,7 +412,7 @@ class ResumeTurn(Step[int]):
         if reason is not None:
             return dex.go_to(ApplyTurnControl, turn_id)
         AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_MODEL))
-        return dex.go_to(RunModel, None)
+        return dex.go_to_many(run_model_movement(context, self.config))
 
 
 class RecordTurnFailure(_TurnStep):
@@ -500,7 +502,7 @@ class ApplyTurnControl(Step[str]):
         messages = [_user_message(config, entry.value) for entry in steering]
         mode = planning_mode(context, [entry.value for entry in steering])
         begin_turn(context, config, state, messages, mode=mode)
-        return dex.go_to(RunModel, None)
+        return dex.go_to_many(run_model_movement(context, self.config))
 
 
 class FinishTurnCancellation(Step[str]):
@@ -633,6 +635,31 @@ async def _record_spend(
         logger.warning(
             "session %s: the spend limit's record failed", request.flow_id, exc_info=True
         )
+
+
+def run_model_movement(context: Context, config: SessionConfig) -> dex.StepMovement[Any]:
+    """The movement to ``RunModel`` (see ``model_movement``)."""
+    return model_movement(context, config, RunModel, None)
+
+
+def model_movement(
+    context: Context, config: SessionConfig, step: type[Step[Any]], input: Any
+) -> dex.StepMovement[Any]:
+    """A movement to ``RunModel`` or ``CompactContext``. Once the session has a
+    summary it loads only the chunks after it (through per-movement load
+    options), so a long session's model Steps read a bounded part of it."""
+    summary = CONTEXT_SUMMARY.get(context)
+    if summary is None:
+        return dex.StepMovement.of(step, input)
+    loads = tuple(
+        AGENT_MESSAGE_CHUNKS.load(key) for key in chunks_after(context, summary.last_sequence)
+    )
+    options = dataclasses.replace(
+        _model_step_options(config),
+        execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
+        execute_load_attribute_map_instances=loads,
+    )
+    return dex.StepMovement.of(step, input, options=options)
 
 
 def _model_step_options(config: SessionConfig) -> StepOptions:

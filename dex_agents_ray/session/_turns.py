@@ -173,9 +173,11 @@ def turn_context(
     assert state.active_turn_id is not None
     options = config.options
     summary = CONTEXT_SUMMARY.get(context)
-    messages = load_messages(context)
-    if summary is not None:
-        messages = [m for m in messages if m.sequence > summary.last_sequence]
+    if summary is None:
+        messages = load_messages(context)
+    else:
+        done = summary.last_sequence
+        messages = [m for m in load_messages(context, after=done) if m.sequence > done]
     return AgentTurnContext(
         flow_id=context.flow_id,
         turn_id=state.active_turn_id,
@@ -370,8 +372,9 @@ def apply_outcome(
             return fail_turn(context, config, state, NEW_MESSAGES_WITHOUT_BUILDER, None)
         FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
         AGENT_STATE.set(context, state)
-        run_model, _ = _run_model()
-        return dex.go_to(run_model, None)
+        from dex_agents_ray.session._steps_turn import run_model_movement
+
+        return dex.go_to_many(run_model_movement(context, config))
     if isinstance(outcome, ToolCallsRequested):
         return _apply_tool_calls(context, config, state, turn, outcome, has_builder)
     raise TypeError(

@@ -87,5 +87,42 @@ async def test_stored_state_stays_bounded_over_hundreds_of_turns(
     page = await sessions.list_agent_messages("long", limit=200)
     assert page.deleted_before_sequence is not None
     assert len(page.messages) <= 200 and page.messages[-1].sequence == 4 * TURNS
+    # Model Steps load the window and only the chunks after the summary.
+    loads = latest_model_loads(store_path, "long")
+    assert "AgentMessages/" in loads and "AgentMessageChunks/" not in loads
+    loaded = [k for k in loads if k.startswith("AgentMessageChunks/")]
+    assert len(loaded) < len(_index_chunks(store_path, "long")), loaded
     history = await engine.client.read_step_history("long")
     assert 0 < len(history) < 100 * 12 + 50  # the kept executions' entries and 50 more
+
+
+def latest_model_loads(store: Path, flow_id: str) -> list[str]:
+    """What the newest ``RunModel`` execution of ``flow_id`` loads."""
+    from dex.dexpb import dex_pb2 as pb
+
+    from dex_agents_ray.engine._records import ExecRecord
+
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        docs = [
+            ExecRecord.from_json(doc)
+            for (doc,) in db.execute(
+                "SELECT doc FROM executions WHERE flow_id = ? ORDER BY rowid", (flow_id,)
+            )
+        ]
+    model = [d for d in docs if d.step_type == "RunModel"][-1]
+    return list(pb.StepOptions.FromString(model.options).execute_load_attribute_map_instances)
+
+
+def _index_chunks(store: Path, flow_id: str) -> list[object]:
+    """The chunks ``AgentMessageIndex`` lists (its stored JSON)."""
+    import json
+
+    from dex.dexpb import dex_pb2 as pb
+
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        (raw,) = db.execute(
+            "SELECT value FROM attributes WHERE flow_id = ? AND key = 'AgentMessageIndex'",
+            (flow_id,),
+        ).fetchone()
+    chunks: list[object] = json.loads(pb.Value.FromString(raw).obj_value.payload)["chunks"]
+    return chunks

@@ -14,7 +14,12 @@ from dex_agents_ray.engine._client import (
     StepHistoryEntry,
 )
 from dex_agents_ray.engine._engine import FlowEngine
-from dex_agents_ray.engine._errors import EngineError, HostCallError, StoreUnavailableError
+from dex_agents_ray.engine._errors import (
+    EngineError,
+    HostCallError,
+    InvalidStreamTokenError,
+    StoreUnavailableError,
+)
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     ExecutorPoolOptions,
@@ -44,6 +49,7 @@ __all__ = [
     "FlowEngine",
     "FlowStore",
     "HostCallError",
+    "InvalidStreamTokenError",
     "Placement",
     "PlacementMode",
     "PostgresStoreConfig",

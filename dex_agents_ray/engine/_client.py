@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,7 +37,12 @@ from dex.runtime_errors import (
     RequestTimeoutError,
 )
 
-from dex_agents_ray.engine._errors import HostPassivatedError, service_error, unwrap
+from dex_agents_ray.engine._errors import (
+    HostPassivatedError,
+    InvalidStreamTokenError,
+    service_error,
+    unwrap,
+)
 from dex_agents_ray.engine._operations import StartRequest
 from dex_agents_ray.engine._query import Term, matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
@@ -429,7 +435,7 @@ class EngineClient:
         """The next message after ``resume_token`` (long poll up to ``timeout``,
         a ``timedelta`` as in ``dex.AsyncClient``, or seconds)."""
         timeout = _seconds(timeout, "timeout")
-        after = _offset(resume_token)
+        after = _offset(resume_token, flow_id, stream.name, "ReadStream")
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         checked = False
@@ -452,7 +458,7 @@ class EngineClient:
                         self._read_ahead.popitem(last=False)
                 else:
                     self._read_ahead.pop(key, None)
-                return self._stream_message(stream, first)
+                return self._stream_message(flow_id, stream, first)
             if not checked and flow_id not in self._known_runs:
                 await self._run(flow_id, "ReadStream")
                 self._known_runs[flow_id] = None
@@ -477,21 +483,29 @@ class EngineClient:
         """Retained messages, newest first, ``page_size`` at a time."""
         if page_size <= 0:
             raise ValueError(f"list_stream_messages: page_size must be positive, got {page_size}")
-        before = _offset(before_page_token) if before_page_token else None
+        before = (
+            _offset(before_page_token, flow_id, stream.name, "ListStreamMessages")
+            if before_page_token
+            else None
+        )
         records = await self._engine.store.list_stream(flow_id, stream.name, before, page_size + 1)
         page = records[:page_size]
         return StreamMessagesPage(
-            messages=[self._stream_message(stream, r) for r in page],
-            next_page_token=str(page[-1].offset) if len(records) > page_size else "",
+            messages=[self._stream_message(flow_id, stream, r) for r in page],
+            next_page_token=(
+                stream_token(flow_id, stream.name, page[-1].offset)
+                if len(records) > page_size
+                else ""
+            ),
         )
 
-    def _stream_message(self, stream: Stream[Any], record: Any) -> StreamMessage[Any]:
+    def _stream_message(self, flow_id: str, stream: Stream[Any], record: Any) -> StreamMessage[Any]:
         value = self._values.decode(
             pb.Value.FromString(record.value), self._values.codec(stream.value_type)
         )
         return StreamMessage(
             value=value,
-            resume_token=str(record.offset),
+            resume_token=stream_token(flow_id, stream.name, record.offset),
             created_time=datetime.fromtimestamp(record.created_at, UTC),
             source=record.source,
         )
@@ -518,13 +532,30 @@ def _quote(instance: str) -> str:
     return Registry.physical_name("", instance)[1:]
 
 
-def _offset(token: str) -> int:
+def stream_token(flow_id: str, stream: str, offset: int) -> str:
+    """A Stream resume (or page) token: the offset, bound to its run and Stream."""
+    return f"{offset}.{_stream_tag(flow_id, stream)}"
+
+
+def _stream_tag(flow_id: str, stream: str) -> str:
+    digest = hashlib.sha256(f"{flow_id}\x00{stream}".encode()).hexdigest()
+    return digest[:12]
+
+
+def _offset(token: str, flow_id: str, stream: str, operation: str) -> int:
+    """The offset in ``token``; a token of another run or Stream, or one this engine
+    did not write, is refused (``INVALID_ARGUMENT``), as the Dex server does."""
     if not token:
         return 0
-    try:
-        return int(token)
-    except ValueError as error:
-        raise ValueError(f"invalid Stream token {token!r}") from error
+    offset, _, tag = token.partition(".") if isinstance(token, str) else ("", "", "")
+    if not offset.isdigit() or tag != _stream_tag(flow_id, stream):
+        raise service_error(
+            InvalidStreamTokenError,
+            f"Stream token {token!r} is not a token of Stream {stream!r} of flow {flow_id!r}",
+            operation,
+            flow_id,
+        )
+    return int(offset)
 
 
 def _fields(run: RunRecord) -> dict[str, Any]:

@@ -81,7 +81,14 @@ _CODES: dict[str, tuple[str, ErrorSubStatus]] = {
     "LongPollTimeoutError": ("DEADLINE_EXCEEDED", ErrorSubStatus.LONG_POLL_TIMEOUT),
     "RequestTimeoutError": ("DEADLINE_EXCEEDED", ErrorSubStatus.REQUEST_TIMEOUT),
     "ChannelMessageNotFoundError": ("NOT_FOUND", ErrorSubStatus.CHANNEL_MESSAGE_NOT_FOUND),
+    "InvalidStreamTokenError": ("INVALID_ARGUMENT", ErrorSubStatus.UNCATEGORIZED),
 }
+
+
+class InvalidStreamTokenError(DexServiceError):
+    """A Stream resume or page token the engine did not write for this run and Stream
+    (``INVALID_ARGUMENT``, as the Dex server answers)."""
+
 
 E = TypeVar("E", bound=DexServiceError)
 

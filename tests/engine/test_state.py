@@ -10,6 +10,7 @@ import pytest
 from dex import FlowStatus, IdReusePolicy, LongPollTimeoutError, StartFlowOptions
 from dex.dexpb import dex_pb2 as pb
 
+from dex_agents_ray.engine import InvalidStreamTokenError
 from tests.engine.flows_state import (
     SMALL_CAPACITY,
     AttributeFlow,
@@ -91,7 +92,7 @@ async def test_stream_reads_resume_from_tokens_and_carry_the_writing_step(
     for _ in range(3):
         message = await client.read_stream("stream", Events, token, timeout=30)
         seen.append((message.value, message.source))
-        assert int(message.resume_token) > int(token or "0")
+        assert _offset(message.resume_token) > _offset(token)
         token = message.resume_token
     assert seen == [
         ("g0", "#WritesFromGenerator-1"),
@@ -170,7 +171,7 @@ async def test_stream_offsets_go_on_across_runs_of_a_flow_id_and_reads_ahead_sta
         lambda: engine.store.read_stream("again", Events.name, 0, 10), lambda r: len(r) == 3
     )
     first = await client.read_stream("again", Events, "", timeout=30)  # reads ahead g1, g2
-    assert (first.value, first.resume_token) == ("g0", "1")
+    assert (first.value, _offset(first.resume_token)) == ("g0", 1)
     assert await client.invoke_rpc(flow.trigger, "again") == "triggered"
     assert (await client.wait_for_flow("again", timeout=TIMEOUT)).status is FlowStatus.COMPLETED
 
@@ -179,9 +180,19 @@ async def test_stream_offsets_go_on_across_runs_of_a_flow_id_and_reads_ahead_sta
     token, seen = first.resume_token, []
     for _ in range(4):
         message = await client.read_stream("again", Events, token, timeout=30)
-        seen.append((message.resume_token, message.value))
+        seen.append((_offset(message.resume_token), message.value))
         token = message.resume_token
     # The first run's messages, then the new run's, each once and in order.
-    assert seen == [("2", "g1"), ("3", "g2"), ("4", "late"), ("5", "g0")]
+    assert seen == [(2, "g1"), (3, "g2"), (4, "late"), (5, "g0")]
     with pytest.raises(LongPollTimeoutError):
         await client.read_stream("again", Events, token, timeout=1)
+    # A token is bound to its run and Stream: another run's, or a forged one, is refused.
+    await client.start_flow(flow, "other", 1)
+    for bad in (token, "1", "1.000000000000", "x"):
+        with pytest.raises(InvalidStreamTokenError):
+            await client.read_stream("other", Events, bad, timeout=1)
+
+
+def _offset(token: str) -> int:
+    """The Stream offset a resume token carries (``<offset>.<tag>``; ``""`` is 0)."""
+    return int(token.split(".")[0]) if token else 0

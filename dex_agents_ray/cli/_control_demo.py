@@ -33,7 +33,13 @@ from dex_agents_ray.builtin_loop import (
     builtin_agent_session_flow,
     function_tool,
 )
-from dex_agents_ray.cli._session_demo import _print_events, _print_transcript, _turn_done, _until
+from dex_agents_ray.cli._session_demo import (
+    _print_events,
+    _print_transcript,
+    _turn_done,
+    _until,
+    demo_model,
+)
 from dex_agents_ray.engine import FlowEngine
 from dex_agents_ray.testing import FileGate
 
@@ -66,14 +72,6 @@ def scripted_control_model(request: ModelRequest) -> ScriptedModelReply:
     return ScriptedModelReply(tool_calls=[call])
 
 
-def _model() -> ModelClient:
-    if os.environ.get("OPENAI_API_KEY"):
-        from dex_agents_ray.litellm import LiteLLMModelClient
-
-        return LiteLLMModelClient(os.environ.get("DEX_DEMO_MODEL", "openai/gpt-5-mini"))
-    return ScriptedModelClient(scripted_control_model)
-
-
 def build_control_flow(state_dir: str, model: ModelClient) -> AgentSessionFlow:
     """The demo's agent; ``search_orders`` waits at a gate the demo opens."""
 
@@ -104,7 +102,7 @@ def build_control_flow(state_dir: str, model: ModelClient) -> AgentSessionFlow:
 
 async def _demo(store: str | None) -> int:
     state_dir = tempfile.mkdtemp(prefix="dex-control-demo-")
-    flow = build_control_flow(state_dir, _model())
+    flow = build_control_flow(state_dir, demo_model(scripted_control_model))
     print("starting the engine (local Ray, SQLite store) ...", flush=True)
     engine = await FlowEngine.start(
         [flow], store=store, namespace=f"dex-control-demo-{uuid.uuid4().hex[:8]}"

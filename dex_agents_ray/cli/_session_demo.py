@@ -66,12 +66,14 @@ def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
     return ScriptedModelReply(tool_calls=[call])
 
 
-def _model() -> ModelClient:
+def demo_model(script: Callable[[ModelRequest], ScriptedModelReply]) -> ModelClient:
+    """LiteLLM when ``OPENAI_API_KEY`` is set (``DEX_DEMO_MODEL`` names the model),
+    else ``script`` as a ``ScriptedModelClient``."""
     if os.environ.get("OPENAI_API_KEY"):
         from dex_agents_ray.litellm import LiteLLMModelClient
 
         return LiteLLMModelClient(os.environ.get("DEX_DEMO_MODEL", "openai/gpt-5-mini"))
-    return ScriptedModelClient(scripted_support_model)
+    return ScriptedModelClient(script)
 
 
 def build_support_flow(state_dir: str, model: ModelClient) -> AgentSessionFlow:
@@ -145,7 +147,7 @@ async def _print_events(engine: FlowEngine, flow: AgentSessionFlow, session_id: 
 
 async def _demo(store: str | None) -> int:
     state_dir = tempfile.mkdtemp(prefix="dex-demo-")
-    flow = build_support_flow(state_dir, _model())
+    flow = build_support_flow(state_dir, demo_model(scripted_support_model))
     print("starting the engine (local Ray, SQLite store) ...", flush=True)
     engine = await FlowEngine.start(
         [flow], store=store, namespace=f"dex-demo-{uuid.uuid4().hex[:8]}"

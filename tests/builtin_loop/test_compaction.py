@@ -68,17 +68,7 @@ async def test_a_host_killed_during_compact_context_reruns_only_the_summary(
     flow = build_compacting_flow(str(state_dir), window_tokens=900)
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
-    (state_dir / "gate-summary").write_text("")
-    await sessions.start_session("kill", QUESTION)
-    turn = 1
-    gate = FileGate(state_dir, "summary")
-    while not gate.reached_pids():
-        await snapshot_when(sessions, "kill", turn_done(turn), timeout=120)
-        turn += 1
-        assert turn < 20, "no compaction"
-        assert await sessions.send_user_message("kill", QUESTION)
-        await _until_summary_or_turn(sessions, gate, turn)
-    await gate.wait_until_reached(timeout=120)
+    gate, turn = await _until_a_summary_waits(sessions, state_dir, "kill")
     before = InvocationLog(state_dir / "model.log").entries()
     await kill_flow_actor(engine, "kill")
     gate.release()
@@ -92,16 +82,29 @@ async def test_a_host_killed_during_compact_context_reruns_only_the_summary(
     assert len([c for c in before if c != "summary"]) + len(after[1:]) == 2 * turn
 
 
-async def _until_summary_or_turn(
-    sessions: AgentSessionClient, gate: FileGate, turn: int, session_id: str = "kill"
-) -> None:
-    async def probe() -> bool:
-        if gate.reached_pids():
-            return True
-        snapshot = await sessions.get_agent_snapshot(session_id)
-        return bool(turn_done(turn)(snapshot))
+async def _until_a_summary_waits(
+    sessions: AgentSessionClient, state_dir: Path, session_id: str
+) -> tuple[FileGate, int]:
+    """Start ``session_id`` with summary calls gated and send turns until one waits at
+    the gate; the gate and the turn that compacts."""
+    (state_dir / "gate-summary").write_text("")
+    gate = FileGate(state_dir, "summary")
+    await sessions.start_session(session_id, QUESTION)
+    turn = 1
+    while not gate.reached_pids():
+        await snapshot_when(sessions, session_id, turn_done(turn), timeout=120)
+        turn += 1
+        assert turn < 20, "no compaction"
+        assert await sessions.send_user_message(session_id, QUESTION)
 
-    await eventually(probe, timeout=120, description=f"turn {turn} or a summary call")
+        async def summary_or_turn(turn: int = turn) -> bool:
+            if gate.reached_pids():
+                return True
+            return bool(turn_done(turn)(await sessions.get_agent_snapshot(session_id)))
+
+        await eventually(summary_or_turn, timeout=120, description=f"turn {turn} or a summary")
+    await gate.wait_until_reached(timeout=120)
+    return gate, turn
 
 
 async def test_cancel_turn_during_compaction_drops_the_summary(
@@ -110,16 +113,7 @@ async def test_cancel_turn_during_compaction_drops_the_summary(
     flow = build_compacting_flow(str(state_dir), window_tokens=900)
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
-    (state_dir / "gate-summary").write_text("")
-    await sessions.start_session("stop", QUESTION)
-    gate = FileGate(state_dir, "summary")
-    turn = 1
-    while not gate.reached_pids():
-        await snapshot_when(sessions, "stop", turn_done(turn), timeout=120)
-        turn += 1
-        assert turn < 20, "no compaction"
-        assert await sessions.send_user_message("stop", QUESTION)
-        await _until_summary_or_turn(sessions, gate, turn, session_id="stop")
+    gate, turn = await _until_a_summary_waits(sessions, state_dir, "stop")
     compacting = await sessions.get_agent_snapshot("stop")
     assert compacting.state is not None
     assert compacting.state.status.value == "compacting_context"

@@ -46,39 +46,57 @@ def deeply_immutable(value_type: object) -> bool:
     except TypeError:  # an unhashable annotation
         return False
     if known is None:
-        known = _check(value_type, set())
+        known = mutable_part(value_type) is None
         _known[value_type] = known
     return known
 
 
-def _check(value_type: object, visiting: set[int]) -> bool:
+def mutable_part(value_type: object, where: str = "") -> str | None:
+    """``None`` when ``value_type`` is deeply immutable; otherwise where a value
+    of it can be changed in place (``where`` names the root, fields follow it)."""
+    return _check(value_type, where or _name(value_type), set())
+
+
+def _name(value_type: object) -> str:
+    return getattr(value_type, "__name__", repr(value_type))
+
+
+def _check(value_type: object, where: str, visiting: set[int]) -> str | None:
     if value_type in _SCALARS:
-        return True
+        return None
     if isinstance(value_type, type) and issubclass(value_type, enum.Enum):
-        return True
+        return None
     origin = typing.get_origin(value_type)
     if origin is typing.Literal:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return all(_check(arg, visiting) for arg in typing.get_args(value_type))
-    if origin in (tuple, frozenset):
-        return all(arg is Ellipsis or _check(arg, visiting) for arg in typing.get_args(value_type))
+        return None
+    arguments = typing.get_args(value_type)
     if origin is typing.Annotated:
-        return _check(typing.get_args(value_type)[0], visiting)
+        return _check(arguments[0], where, visiting)
+    if origin in (typing.Union, types.UnionType, tuple, frozenset):
+        for argument in arguments:
+            if argument is not Ellipsis:
+                found = _check(argument, where, visiting)
+                if found is not None:
+                    return found
+        return None
     if isinstance(value_type, type) and dataclasses.is_dataclass(value_type):
-        return _frozen_dataclass(value_type, visiting)
-    return False
+        return _frozen_dataclass(value_type, where, visiting)
+    return f"{where}: {value_type!r} values can be changed in place"
 
 
-def _frozen_dataclass(value_type: type[Any], visiting: set[int]) -> bool:
+def _frozen_dataclass(value_type: type[Any], where: str, visiting: set[int]) -> str | None:
     params = getattr(value_type, "__dataclass_params__", None)
     if params is None or not params.frozen:
-        return False
+        return f"{where}: {value_type.__name__} is not a frozen dataclass"
     if id(value_type) in visiting:  # a recursive type: decided by its other fields
-        return True
+        return None
     visiting.add(id(value_type))
     try:
         hints = typing.get_type_hints(value_type)
     except Exception:  # an annotation that does not resolve: be safe
-        return False
-    return all(_check(hints.get(f.name, Any), visiting) for f in dataclasses.fields(value_type))
+        return f"{where}: the field types of {value_type.__name__} do not resolve"
+    for f in dataclasses.fields(value_type):
+        found = _check(hints.get(f.name, Any), f"{where}.{f.name}", visiting)
+        if found is not None:
+            return found
+    return None

@@ -216,7 +216,7 @@ def session_flow_definition_document(
 
 # -- the drawing -----------------------------------------------------------------------------
 
-_BOX_W, _BOX_H, _GAP_X, _GAP_Y, _MARGIN = 190, 40, 40, 46, 20
+_BOX_W, _BOX_H, _GAP_X, _GAP_Y, _MARGIN = 210, 40, 36, 46, 20
 
 
 def _box(step: str) -> tuple[float, float]:

@@ -7,7 +7,7 @@
 
 const sessionId = decodeURIComponent(location.pathname.split("/")[2] || "");
 const base = `/api/sessions/${encodeURIComponent(sessionId)}`;
-const stats = { connects: 0, events: 0, duplicates: 0, snapshots: 0, errors: 0 };
+const stats = { connects: 0, events: 0, duplicates: 0, snapshots: 0, errors: 0, types: [] };
 window.inspectorStats = stats;
 
 let snapshot = null;
@@ -94,6 +94,7 @@ function applyFrame(message) {
   stats.events += 1;
   const event = JSON.parse(message.data);
   const payload = event.payload ? JSON.parse(event.payload) : {};
+  stats.types.push(event.type);
   switch (event.type) {
     case "text_delta":
     case "reasoning_delta": {

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -372,7 +371,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     print(path)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,6 +24,7 @@ from dex_agents_ray.builtin_loop import (
     ScriptedModelClient,
     ScriptedModelReply,
     ScriptedToolCall,
+    ToolResultItem,
     builtin_agent_session_flow,
     function_tool,
 )
@@ -46,8 +47,9 @@ async def refund_order(order_id: str, amount_cents: int) -> str:
 
 def support_model(request: ModelRequest) -> ScriptedModelReply:
     """Refunds need approval, account questions ask the user, the rest is echoed."""
+    # Tool results answer the model's last call only while no user message follows.
     results = ScriptedModelClient.tool_results(request)
-    if results:
+    if results and isinstance(request.input[-1], ToolResultItem):
         result = results[-1]
         if result.tool_name == "refund_order":
             return ScriptedModelReply(text=f"Done: {result.output}.")

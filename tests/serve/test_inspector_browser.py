@@ -118,5 +118,24 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
                 await victim.goto(evil)
             assert (await posted.value).status == 403
             assert "cross-site request refused" in await victim.inner_text("body")
-    snapshot = await snapshot_when(sessions, "refund-7", has_interrupt)
-    assert snapshot.pending_interrupts[0].interrupt_id == "call-refund"
+        snapshot = await snapshot_when(sessions, "refund-7", has_interrupt)
+        assert snapshot.pending_interrupts[0].interrupt_id == "call-refund"
+
+        # Stop turn cancels the waiting turn: the approval goes away without a reload.
+        await page.goto(f"{base}/sessions/refund-7")
+        card = page.locator('.card.approval[data-interrupt="call-refund"]')
+        await card.wait_for()
+        await page.locator("#stop").click()
+        await card.wait_for(state="detached")
+        await page.locator("#stop:disabled").wait_for()
+        stats = await page.evaluate("window.inspectorStats")
+        assert "turn_cancelled" in stats["types"], stats
+
+        # Send queues a message that starts the next turn; its answer streams in.
+        await page.fill("#message", "hello from the page")
+        await page.locator("#send").click()
+        await page.locator(
+            "li.message.assistant", has_text="You said: hello from the page"
+        ).wait_for()
+    snapshot = await snapshot_when(sessions, "refund-7", turn_done(2))
+    assert not snapshot.pending_interrupts

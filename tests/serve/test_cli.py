@@ -110,3 +110,10 @@ async def test_serve_from_the_command_line(
                 process.kill()
                 await process.wait()
     assert process.returncode == 0, "".join(printed)
+
+
+def test_serve_with_a_bad_agent_exits_2_before_starting_anything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["serve", "--agent", "examples.inspector_agent:nope"]) == 2
+    assert "has no attribute 'nope'" in capsys.readouterr().err

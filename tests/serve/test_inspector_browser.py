@@ -63,8 +63,19 @@ async def test_approve_a_waiting_session_in_the_page(engine_factory: Any) -> Non
         assert stats["types"].count("turn_completed") == 1, stats
         await page.locator("#graph").evaluate("img => img.decode()")
         await page.screenshot(path=str(SCREENSHOTS / "inspector-session-done.png"))
-    snapshot = await snapshot_when(sessions, "refund-7", turn_done(1))
+
+        # Send asks for another refund; Steer withdraws its approval with new text.
+        await page.fill("#message", "Please refund 9 EUR on order 7.")
+        await page.locator("#send").click()
+        await card.wait_for()
+        await page.fill("#message", "Actually, keep the money.")
+        await page.locator("#steer").click()
+        await page.locator("li.message.assistant", has_text="You said: Actually, keep").wait_for()
+        await card.wait_for(state="detached")
+        assert await page.evaluate("window.__marker") == marker
+    snapshot = await snapshot_when(sessions, "refund-7", turn_done(2))
     assert not snapshot.pending_interrupts
+    assert snapshot.messages[-1].text == "You said: Actually, keep the money."
 
 
 def _attacker(target: str) -> Starlette:

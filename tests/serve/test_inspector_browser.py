@@ -41,7 +41,10 @@ async def test_approve_a_waiting_session_in_the_page(engine_factory: Any) -> Non
         assert "refund_order" in await card.inner_text()
         await page.locator("#graph").evaluate("img => img.decode()")
         marker = await page.evaluate("window.__marker = Math.random()")
-        await page.screenshot(path=str(SCREENSHOTS / "inspector-session-approval.png"))
+        await page.locator("#live.on").wait_for()  # the replay is over; the stream waits
+        await page.screenshot(
+            path=str(SCREENSHOTS / "inspector-session-approval.png"), full_page=True
+        )
 
         await card.locator("button.approve").click()
         result = page.locator("li.message.tool", has_text="refunded 500 cents on order 7")
@@ -62,7 +65,8 @@ async def test_approve_a_waiting_session_in_the_page(engine_factory: Any) -> Non
         assert {"interrupt_resolved", "tool_call_finished", "text_delta"} <= set(stats["types"])
         assert stats["types"].count("turn_completed") == 1, stats
         await page.locator("#graph").evaluate("img => img.decode()")
-        await page.screenshot(path=str(SCREENSHOTS / "inspector-session-done.png"))
+        await page.locator("#live.on").wait_for()
+        await page.screenshot(path=str(SCREENSHOTS / "inspector-session-done.png"), full_page=True)
 
         # Send asks for another refund; Steer withdraws its approval with new text.
         await page.fill("#message", "Please refund 9 EUR on order 7.")
@@ -106,7 +110,10 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
         card = page.locator(".card.question-card")
         await card.wait_for()
         assert "Which account should I use?" in await card.inner_text()
-        await page.screenshot(path=str(SCREENSHOTS / "inspector-session-question.png"))
+        await page.locator("#graph").evaluate("img => img.decode()")
+        await page.screenshot(
+            path=str(SCREENSHOTS / "inspector-session-question.png"), full_page=True
+        )
         await card.locator("button.choice", has_text="savings").click()
         await page.locator("li.message.assistant", has_text="savings").wait_for()
         await card.wait_for(state="detached")

@@ -36,12 +36,20 @@ async function loadSnapshot() {
   flowStatus = data.flow_status;
   document.getElementById("title").textContent = sessionId;
   document.title = `${sessionId} · dex-agents-ray inspector`;
-  for (const turn of endedTurns) {
-    for (const [key, entry] of live) if (entry.turn === turn) live.delete(key);
+  for (const [key, entry] of live) {
+    if (endedTurns.has(entry.turn) || turnFinished(entry.turn)) live.delete(key);
   }
   endedTurns.clear();
   render(data.agent);
   return data.resume_token;
+}
+
+// A turn the snapshot already shows as ended: its stored messages replace live text
+// (a late delta, after a reconnect, must not show the text twice).
+function turnFinished(turn) {
+  const state = snapshot && snapshot.state;
+  if (!state || !turn || state.active_turn_id === turn) return false;
+  return snapshot.messages.some((m) => m.turn_id === turn);
 }
 
 function scheduleRefresh() {
@@ -98,6 +106,7 @@ function applyFrame(message) {
   switch (event.type) {
     case "text_delta":
     case "reasoning_delta": {
+      if (turnFinished(event.turn_id)) return;
       const key = `${event.turn_id}|${event.step_execution_id}`;
       let entry = live.get(key);
       if (entry && event.attempt < entry.attempt) return; // a superseded attempt

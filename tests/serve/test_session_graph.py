@@ -98,3 +98,31 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         check=True,
     )
     assert run.stdout.strip() == str(tmp_path / "Other.json")
+
+
+def test_exports_are_pinned() -> None:
+    import dex_agents_ray.serve
+
+    assert dex_agents_ray.serve.__all__ == [
+        "CONTENT_SECURITY_POLICY",
+        "CSRF_HEADER",
+        "AuthorizeSession",
+        "InspectorAuth",
+        "build_inspector_app",
+        "generate_token",
+    ]
+    assert session_graph.__all__ == [
+        "SESSION_FLOW_GRAPH_GENERATED_AT",
+        "SESSION_FLOW_GRAPH_SCHEMA_VERSION",
+        "SESSION_FLOW_STEP_TYPES",
+        "FlowDefinitionDocument",
+        "main",
+        "render_session_flow_graph",
+        "session_flow_definition_document",
+        "session_flow_graph",
+        "session_flow_graph_svg",
+    ]
+    for module in (dex_agents_ray.serve, session_graph):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, name
+    assert "session_flow_definition_document" in dex_agents_ray.__all__

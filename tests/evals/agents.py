@@ -1,0 +1,76 @@
+"""A scripted eval agent whose every real model and tool call is logged.
+
+``eval_flow(state_dir)`` builds a built-in-loop session Flow over a scripted
+model. For a user message the model calls ``lookup(key=<message>)`` (a read),
+``refund(key=<message>)`` (a write that asks approval) when the message says
+"refund", or ``ask_user`` when it says "ask"; after the tool results it answers
+``"done: <output>"``. Each real model call is logged as ``<last user
+text>|<tool results seen>`` in ``model.log`` and each tool run as its key in
+``<tool>.log``, so a repeated call shows as a key logged twice. A message
+containing ``GATE`` makes ``lookup`` wait at ``FileGate(state_dir, "lookup")``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dex_agents_ray import AgentSessionFlow, BuiltInTool, ToolEffect
+from dex_agents_ray.builtin_loop import (
+    AgentDefinition,
+    ModelRequest,
+    ModelUsage,
+    ScriptedModelClient,
+    ScriptedModelReply,
+    ScriptedToolCall,
+    builtin_agent_session_flow,
+    function_tool,
+)
+from dex_agents_ray.testing import FileGate, InvocationLog
+
+
+def eval_flow(state_dir: str, *, flow_type: str = "EvalAgent") -> AgentSessionFlow:
+    state = str(state_dir)
+
+    def log(name: str) -> InvocationLog:
+        return InvocationLog(os.path.join(state, f"{name}.log"))
+
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        log("lookup").record(key)
+        if "GATE" in key:
+            await FileGate(state, "lookup").wait_for_release()
+        return f"found {key}"
+
+    async def refund(key: str) -> str:
+        """Refund (a write)."""
+        log("refund").record(key)
+        return f"refunded {key}"
+
+    def script(request: ModelRequest) -> ScriptedModelReply:
+        texts = ScriptedModelClient.user_texts(request)
+        text = texts[-1] if texts else ""
+        results = ScriptedModelClient.tool_results(request)
+        seen = sum(1 for item in request.input if type(item).__name__ == "ToolResultItem")
+        log("model").record(f"{text}|{seen}")
+        usage = ModelUsage(input_tokens=10, output_tokens=5)
+        if results:
+            return ScriptedModelReply(text=f"done: {results[-1].output}", usage=usage)
+        if "ask" in text:
+            call = ScriptedToolCall(tool_name="ask_user", arguments={"question": "Which one?"})
+        elif "refund" in text:
+            call = ScriptedToolCall(tool_name="refund", arguments={"key": text})
+        else:
+            call = ScriptedToolCall(tool_name="lookup", arguments={"key": text})
+        return ScriptedModelReply(tool_calls=[call], usage=usage)
+
+    agent = AgentDefinition(
+        name="eval-agent",
+        instructions="Look things up.",
+        model=ScriptedModelClient(script),
+        tools=[
+            function_tool(lookup, effect=ToolEffect.READ),
+            function_tool(refund, effect=ToolEffect.NON_IDEMPOTENT_WRITE),
+        ],
+        built_in_tools=frozenset({BuiltInTool.ASK_USER}),
+    )
+    return builtin_agent_session_flow(agent, flow_type=flow_type)

@@ -5,7 +5,9 @@ session's snapshot and derives what to do next. A session that is idle with
 nothing queued and ``turn_count`` turns started has had its first
 ``turn_count`` user messages; the next is ``turns[turn_count]``. A message
 whose send committed just before a kill shows as queued (or as a started
-turn), so it is never sent twice. Approvals and questions are answered by
+turn), so it is never sent twice; one that ``AwaitUserMessage`` took and
+whose turn has not started yet shows in the Step history (read before the
+state, so the two together leave no gap). Approvals and questions are answered by
 the case's scripted answers, then by the policy; the index of a question
 among the case's ``answers`` is its place among the session's questions in
 the ``AgentEvents`` Stream (durable too).
@@ -55,6 +57,7 @@ WAKE_EVENTS = frozenset(
     }
 )
 """Events after which the driver reads the snapshot again."""
+TURN_START_EVENTS = WAKE_EVENTS | {AgentEventType.TURN_STARTED}
 POLL_SECONDS = 10.0
 """The longest a driver waits on the event Stream before reading the snapshot anyway."""
 
@@ -80,7 +83,7 @@ class _Events:
         self.token = ""
         self.questions: list[str] = []
 
-    def _see(self, value: Any) -> bool:
+    def _see(self, value: Any, wake: frozenset[AgentEventType]) -> bool:
         kind = value.type
         if kind is AgentEventType.INTERRUPT_RAISED:
             payload = value.payload or {}
@@ -88,9 +91,9 @@ class _Events:
                 interrupt_id = str(payload.get("interrupt_id"))
                 if interrupt_id not in self.questions:
                     self.questions.append(interrupt_id)
-        return kind in WAKE_EVENTS
+        return kind in wake
 
-    async def read(self, timeout: float) -> bool:
+    async def read(self, timeout: float, *, wake: frozenset[AgentEventType] = WAKE_EVENTS) -> bool:
         """Read what is there (and up to ``timeout`` for more); whether anything woke us."""
         woke = False
         wait = timeout
@@ -100,7 +103,7 @@ class _Events:
             except LongPollTimeoutError:
                 return woke
             self.token = message.resume_token
-            woke = self._see(message.value) or woke
+            woke = self._see(message.value, wake) or woke
             if woke:
                 wait = 0.0  # drain what is already there, then act
 
@@ -111,6 +114,33 @@ async def session_exists(sessions: AgentSessionClient, session_id: str) -> bool:
     except (FlowNotFoundError, FlowNotActiveOrNotFoundError):
         return False
     return True
+
+
+def _idle_at(snapshot: AgentSnapshot, turn_count: int) -> bool:
+    state = snapshot.state
+    return (
+        state is not None
+        and state.active_turn_id is None
+        and state.turn_count == turn_count
+        and snapshot.queued_message_count == 0
+        and not snapshot.steered_messages
+    )
+
+
+async def message_in_flight(sessions: AgentSessionClient, session_id: str) -> bool:
+    """Whether ``AwaitUserMessage`` took a message whose turn has not started yet.
+
+    Between the commit that hands a queued message to ``AwaitUserMessage`` and
+    the commit that starts its turn, the message is neither queued nor a turn;
+    the Step history (durable) shows that execution satisfied but not completed.
+    """
+    last: dict[str, str] = {}
+    for entry in await sessions.client.read_step_history(session_id):
+        if entry.step_type == "AwaitUserMessage":
+            last[entry.step_execution_id] = entry.event_type
+    return any(
+        event in ("wait_satisfied", "attempt_started", "attempt_failed") for event in last.values()
+    )
 
 
 async def all_messages(
@@ -193,7 +223,13 @@ async def drive_session(
                     interrupts_answered=len(answered),
                 )
             if state.turn_count < len(turns):
-                await sessions.send_user_message(session_id, turns[state.turn_count])
+                # Read the history first, then the state again: a message handed
+                # to AwaitUserMessage after the history read shows in the state.
+                if await message_in_flight(sessions, session_id):
+                    await events.read(1.0, wake=TURN_START_EVENTS)
+                    continue
+                if _idle_at(await sessions.get_agent_snapshot(session_id), state.turn_count):
+                    await sessions.send_user_message(session_id, turns[state.turn_count])
                 continue
             messages = await all_messages(sessions, session_id, snapshot)
             return SessionOutcome(

@@ -6,13 +6,15 @@ model. For a user message the model calls ``lookup(key=<message>)`` (a read),
 "refund", or ``ask_user`` when it says "ask"; after the tool results it answers
 ``"done: <output>"``. Each real model call is logged as ``<last user
 text>|<tool results seen>`` in ``model.log`` and each tool run as its key in
-``<tool>.log``, so a repeated call shows as a key logged twice. A message
+``<tool>.log``, so a repeated call shows as a key logged twice; ``model-times.log``
+has each model call's time and process ID. A message
 containing ``GATE`` makes ``lookup`` wait at ``FileGate(state_dir, "lookup")``.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from dex_agents_ray import AgentSessionFlow, BuiltInTool, ToolEffect
 from dex_agents_ray.builtin_loop import (
@@ -52,6 +54,7 @@ def eval_flow(state_dir: str, *, flow_type: str = "EvalAgent") -> AgentSessionFl
         results = ScriptedModelClient.tool_results(request)
         seen = sum(1 for item in request.input if type(item).__name__ == "ToolResultItem")
         log("model").record(f"{text}|{seen}")
+        log("model-times").record(f"{time.time()} {os.getpid()}")
         usage = ModelUsage(input_tokens=10, output_tokens=5)
         if results:
             return ScriptedModelReply(text=f"done: {results[-1].output}", usage=usage)

@@ -61,7 +61,7 @@ class _ControlActor:
         self._progress = progress
 
     async def status(self) -> dict[str, Any]:
-        return {"state": self._state, **self._progress}
+        return {**self._progress, "state": self._state}
 
 
 _actor_class: Any = None

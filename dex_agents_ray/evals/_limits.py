@@ -13,8 +13,9 @@ drawing a 429. The algorithm and its constants:
   (``ModelSpendRequest.estimated_input_tokens``, else ``estimated_tokens``); after
   the call ``record`` settles the difference with the real usage (input plus
   output), which may leave the token bucket in debt (later calls wait it out).
-- **429 episodes.** ``report_rate_limited(model, retry_after)`` (the model
-  client's 429, ``RateLimitedModelClient``) blocks the model until
+- **429 episodes.** ``EvalModelLimiter.report_rate_limited(model, retry_after)``
+  (called by whoever sees the provider's 429; no model client calls it on its
+  own yet) blocks the model until
   ``Retry-After`` (``DEFAULT_RETRY_AFTER``, 1 s, when the reply has none) and,
   once per episode (429s within ``EPISODE`` = 5 s of the first count as one), cuts
   the effective rate to ``CUT_FACTOR`` (0.5) of what it was, never below

@@ -359,15 +359,15 @@ class _Run:
                     if self.state is not RunState.CANCELLED:
                         raise
                     row = await self._cancelled_row(case, flow)
-                if (
-                    row.status is CaseStatus.FAILED
-                    and (row.error or "").find(SPEND_LIMIT_REFUSED_PREFIX) >= 0
-                ):
+                if SPEND_LIMIT_REFUSED_PREFIX in (row.error or ""):
                     self.stopped = self.stopped or "spend ceiling reached"
-                await self._finish(row)
-            finally:
                 running.pop(case.id, None)
                 self.running -= 1
+                await self._finish(row)
+            finally:
+                if case.id in running:  # it raised: the slot is free all the same
+                    running.pop(case.id, None)
+                    self.running -= 1
                 slots.release()
 
         for case in todo:

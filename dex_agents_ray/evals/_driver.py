@@ -57,6 +57,7 @@ WAKE_EVENTS = frozenset(
     }
 )
 """Events after which the driver reads the snapshot again."""
+TURN_END_EVENTS = WAKE_EVENTS - {AgentEventType.INTERRUPT_RAISED}
 TURN_START_EVENTS = WAKE_EVENTS | {AgentEventType.TURN_STARTED}
 POLL_SECONDS = 10.0
 """The longest a driver waits on the event Stream before reading the snapshot anyway."""
@@ -82,10 +83,19 @@ class _Events:
         self.session_id = session_id
         self.token = ""
         self.questions: list[str] = []
+        self.ended = 0
+        """Turns ended so far (completed, failed, cancelled or steered)."""
+        self.last_end: AgentEventType | None = None
+        self.raised = 0
+        """Interrupts raised so far."""
 
     def _see(self, value: Any, wake: frozenset[AgentEventType]) -> bool:
         kind = value.type
+        if kind in TURN_END_EVENTS:
+            self.ended += 1
+            self.last_end = kind
         if kind is AgentEventType.INTERRUPT_RAISED:
+            self.raised += 1
             payload = value.payload or {}
             if payload.get("kind") == InterruptKind.QUESTION.value:
                 interrupt_id = str(payload.get("interrupt_id"))
@@ -179,7 +189,7 @@ def tool_call_count(messages: tuple[AgentMessage, ...]) -> int:
     return len({m.tool_call_id for m in messages if m.role is MessageRole.TOOL and m.tool_call_id})
 
 
-async def drive_session(
+async def drive_session(  # noqa: C901 - one decision per session state
     sessions: AgentSessionClient,
     session_id: str,
     case: EvalCase,
@@ -188,10 +198,20 @@ async def drive_session(
     turns: tuple[str, ...] | None = None,
     settings: dict[str, Any] | None = None,
 ) -> SessionOutcome:
-    """Start (or resume) ``session_id`` and run ``turns`` (default: the case's)."""
+    """Start (or resume) ``session_id`` and run ``turns`` (default: the case's).
+
+    ``known`` is how many user messages the session holds, once this process
+    knows it for sure (it started the session, or it sent a message after the
+    durable check); until then, and after a restart, every decision comes from
+    the snapshot and the Step history. With it, a turn that ended
+    ``turn_completed`` on the event Stream is followed by the next message
+    without reading the snapshot again.
+    """
     turns = case.turns if turns is None else turns
     events = _Events(sessions, session_id)
     answered: set[str] = set()
+    known: int | None = None
+    raised_seen = 0
     if not await session_exists(sessions, session_id):
         try:
             await sessions.start_session(
@@ -199,10 +219,24 @@ async def drive_session(
                 turns[0],
                 session_settings=dict(case.session_settings) if settings is None else settings,
             )
+            known = 1
         except FlowAlreadyStartedError:
             pass  # another driver of the run started it: go on from its state
     while True:
+        if known is not None and events.raised == raised_seen:
+            if events.ended < known:  # the last message's turn still runs
+                if await events.read(POLL_SECONDS):
+                    continue
+            elif (
+                events.ended == known
+                and events.last_end is AgentEventType.TURN_COMPLETED
+                and known < len(turns)
+            ):
+                await sessions.send_user_message(session_id, turns[known])
+                known += 1
+                continue
         snapshot = await sessions.get_agent_snapshot(session_id)
+        raised_seen = events.raised
         state = snapshot.state
         if state is None:
             await events.read(1.0)
@@ -230,6 +264,8 @@ async def drive_session(
                     continue
                 if _idle_at(await sessions.get_agent_snapshot(session_id), state.turn_count):
                     await sessions.send_user_message(session_id, turns[state.turn_count])
+                    await events.read(0.0)  # the Stream up to now, for ``ended``
+                    known = state.turn_count + 1
                 continue
             messages = await all_messages(sessions, session_id, snapshot)
             return SessionOutcome(
@@ -250,6 +286,7 @@ async def drive_session(
                     interrupts_answered=len(answered),
                 )
             if acted:
+                raised_seen = events.raised
                 continue
         await events.read(POLL_SECONDS)
 

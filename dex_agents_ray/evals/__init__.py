@@ -35,6 +35,8 @@ from dex_agents_ray.evals._limits import (
     MIN_FACTOR,
     EvalModelLimiter,
     ModelRateLimit,
+    RateLimitedModelClient,
+    rate_limit_retry_after,
 )
 from dex_agents_ray.evals._policies import (
     Answer,
@@ -103,6 +105,7 @@ __all__ = [
     "InterruptPolicy",
     "ModelRateLimit",
     "Reject",
+    "RateLimitedModelClient",
     "RunState",
     "Score",
     "Scorer",
@@ -118,6 +121,7 @@ __all__ = [
     "judge_prompt",
     "llm_judge",
     "parse_judge_reply",
+    "rate_limit_retry_after",
     "regex",
     "reject_all",
     "run_eval",

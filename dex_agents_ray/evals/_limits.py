@@ -13,9 +13,8 @@ drawing a 429. The algorithm and its constants:
   (``ModelSpendRequest.estimated_input_tokens``, else ``estimated_tokens``); after
   the call ``record`` settles the difference with the real usage (input plus
   output), which may leave the token bucket in debt (later calls wait it out).
-- **429 episodes.** ``EvalModelLimiter.report_rate_limited(model, retry_after)``
-  (called by whoever sees the provider's 429; no model client calls it on its
-  own yet) blocks the model until
+- **429 episodes.** A 429 that a ``RateLimitedModelClient`` sees (or any
+  ``EvalModelLimiter.report_rate_limited(model, retry_after)``) blocks the model until
   ``Retry-After`` (``DEFAULT_RETRY_AFTER``, 1 s, when the reply has none) and,
   once per episode (429s within ``EPISODE`` = 5 s of the first count as one), cuts
   the effective rate to ``CUT_FACTOR`` (0.5) of what it was, never below
@@ -37,6 +36,8 @@ plus output), every further model call is refused and its turn fails with
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -50,6 +51,8 @@ from dex_agents_ray.session import (
     RunModelLimit,
 )
 
+logger = logging.getLogger("dex_agents_ray.evals")
+
 __all__ = [
     "CUT_FACTOR",
     "DEFAULT_RETRY_AFTER",
@@ -61,6 +64,8 @@ __all__ = [
     "DEFAULT_MODEL_KEY",
     "EvalModelLimiter",
     "ModelRateLimit",
+    "RateLimitedModelClient",
+    "rate_limit_retry_after",
 ]
 
 DEFAULT_RETRY_AFTER = timedelta(seconds=1)
@@ -297,6 +302,7 @@ class EvalModelLimiter:
         return data
 
     async def reserve(self, request: ModelSpendRequest) -> ModelSpendDecision:
+        _CURRENT_CALL.set(None)
         for limit in (self.inner, self.ceiling):
             if limit is not None:
                 decision: ModelSpendDecision = await limit.reserve(request)
@@ -314,6 +320,8 @@ class EvalModelLimiter:
                 break
             await asyncio.sleep(min(wait, 5.0))
         self._reserved[(request.step_execution_id, request.attempt)] = tokens
+        # The model call runs next in this task: a RateLimitedModelClient finds us here.
+        _CURRENT_CALL.set((self, model))
         return ModelSpendDecision.allow()
 
     async def record(self, request: ModelSpendRequest, usage: AgentUsage) -> None:
@@ -341,3 +349,82 @@ class EvalModelLimiter:
         """Per model: the rate factor, calls granted, 429s reported, cuts."""
         result: dict[str, dict[str, float]] = await self.actor().stats.remote()
         return result
+
+
+_CURRENT_CALL: contextvars.ContextVar[tuple[EvalModelLimiter, str] | None] = contextvars.ContextVar(
+    "dex_agents_ray_eval_model_call", default=None
+)
+"""The limiter and model key of the model call the current Step reserved for."""
+
+
+def rate_limit_retry_after(error: BaseException) -> tuple[bool, timedelta | None]:
+    """Whether ``error`` is a provider's 429, and its ``Retry-After`` when it says.
+
+    Recognized: an exception with ``status_code == 429`` (LiteLLM's
+    ``RateLimitError``, httpx and OpenAI errors), or whose class name has
+    ``RateLimit`` in it; the delay comes from a ``retry_after`` attribute
+    (seconds) or the ``Retry-After`` header of its ``response`` or ``headers``.
+    """
+    status = getattr(error, "status_code", None)
+    if status != 429 and "RateLimit" not in type(error).__name__:
+        return False, None
+    seconds: Any = getattr(error, "retry_after", None)
+    if seconds is None:
+        headers = getattr(getattr(error, "response", None), "headers", None)
+        headers = headers if headers is not None else getattr(error, "headers", None)
+        if headers is not None:
+            try:
+                seconds = headers.get("retry-after") or headers.get("Retry-After")
+            except AttributeError:
+                seconds = None
+    try:
+        value = float(seconds) if seconds is not None else None
+    except (TypeError, ValueError):  # an HTTP date: wait the default
+        value = None
+    return True, None if value is None else timedelta(seconds=max(0.0, value))
+
+
+class RateLimitedModelClient:
+    """Wraps a ``ModelClient`` so its 429s reach the eval's shared limiter.
+
+    On a provider 429 (``rate_limit_retry_after``) during a call that an
+    ``EvalModelLimiter`` reserved for, it reports the model and ``Retry-After``
+    (which blocks every session's calls to that model and cuts its rate), then
+    re-raises: the ``RunModel`` attempt fails and its retry waits in ``reserve``.
+    Outside an eval it only passes calls through. Everything else is the inner
+    client's::
+
+        model = RateLimitedModelClient(LiteLLMModelClient("openai/gpt-5-mini"))
+        agent = AgentDefinition(name="support", instructions="...", model=model)
+    """
+
+    def __init__(self, inner: Any) -> None:
+        if not callable(getattr(inner, "call_model", None)):
+            raise TypeError("RateLimitedModelClient wraps a ModelClient (call_model)")
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"RateLimitedModelClient({self.inner!r})"
+
+    async def call_model(self, request: Any, output: Any) -> Any:
+        try:
+            return await self.inner.call_model(request, output)
+        except Exception as error:
+            limited, retry_after = rate_limit_retry_after(error)
+            current = _CURRENT_CALL.get()
+            if limited and current is not None:
+                limiter, model = current
+                try:
+                    await limiter.report_rate_limited(model, retry_after)
+                except Exception:  # the 429 is what the attempt reports
+                    logger.warning("could not report a 429 to the eval limiter", exc_info=True)
+            raise
+
+    def estimate_input_tokens(self, request: Any) -> int:
+        estimate: int = self.inner.estimate_input_tokens(request)
+        return estimate
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -27,10 +27,30 @@ from dex_agents_ray.builtin_loop import (
     builtin_agent_session_flow,
     function_tool,
 )
+from dex_agents_ray.evals import RateLimitedModelClient
 from dex_agents_ray.testing import FileGate, InvocationLog
 
 
-def eval_flow(state_dir: str, *, flow_type: str = "EvalAgent") -> AgentSessionFlow:
+class ProviderRateLimited(Exception):
+    """What a provider's 429 looks like to a model client (LiteLLM's has these fields)."""
+
+    status_code = 429
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"429 Too Many Requests (Retry-After: {retry_after})")
+        self.retry_after = retry_after
+
+
+def eval_flow(
+    state_dir: str,
+    *,
+    flow_type: str = "EvalAgent",
+    storm: int = 0,
+    retry_after: float = 1.0,
+) -> AgentSessionFlow:
+    """``storm``: the first that many model calls (across every process) answer 429
+    with ``retry_after``, logged as ``<time> <pid> 429`` in ``model-times.log``;
+    the model is then wrapped in ``RateLimitedModelClient``."""
     state = str(state_dir)
 
     def log(name: str) -> InvocationLog:
@@ -53,8 +73,12 @@ def eval_flow(state_dir: str, *, flow_type: str = "EvalAgent") -> AgentSessionFl
         text = texts[-1] if texts else ""
         results = ScriptedModelClient.tool_results(request)
         seen = sum(1 for item in request.input if type(item).__name__ == "ToolResultItem")
+        if storm and len(log("storm").entries()) < storm:
+            log("storm").record(text)
+            log("model-times").record(f"{time.time()} {os.getpid()} 429")
+            raise ProviderRateLimited(retry_after)
         log("model").record(f"{text}|{seen}")
-        log("model-times").record(f"{time.time()} {os.getpid()}")
+        log("model-times").record(f"{time.time()} {os.getpid()} ok")
         usage = ModelUsage(input_tokens=10, output_tokens=5)
         if results:
             return ScriptedModelReply(text=f"done: {results[-1].output}", usage=usage)
@@ -69,7 +93,9 @@ def eval_flow(state_dir: str, *, flow_type: str = "EvalAgent") -> AgentSessionFl
     agent = AgentDefinition(
         name="eval-agent",
         instructions="Look things up.",
-        model=ScriptedModelClient(script),
+        model=RateLimitedModelClient(ScriptedModelClient(script))
+        if storm
+        else ScriptedModelClient(script),
         tools=[
             function_tool(lookup, effect=ToolEffect.READ),
             function_tool(refund, effect=ToolEffect.NON_IDEMPOTENT_WRITE),

@@ -42,9 +42,9 @@ async def test_model_calls_stay_under_the_shared_limit(
 
     assert all(r.status is CaseStatus.SCORED and r.passed for r in report.results)
     entries = [e.split() for e in InvocationLog(state_dir / "model-times.log").entries()]
-    times = sorted(float(t) for t, _ in entries)
+    times = sorted(float(t) for t, _, _ in entries)
     assert len(times) == 16
-    assert len({pid for _, pid in entries}) >= 2  # sessions on several hosts shared it
+    assert len({pid for _, pid, _ in entries}) >= 2  # sessions on several hosts shared it
     per_second, burst = RATE / 60, 2
     # Any window of w seconds holds at most burst + rate * w calls (+1: the grant
     # and the call are not the same instant).
@@ -56,6 +56,44 @@ async def test_model_calls_stay_under_the_shared_limit(
     # The run's limiter actor is named after the run ID.
     stats = await EvalModelLimiter("eval.limited", {}, namespace=namespace).stats()
     assert stats["default"]["granted"] == 16 and stats["default"]["rate_limited"] == 0
+
+
+async def test_a_429_storm_slows_every_session_and_fails_none(
+    ray_session: None, namespace: str, store_path: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    # The first 3 model calls answer 429 with Retry-After: 1.5 s.
+    cases = [EvalCase(id=f"c{i}", turns=(f"c{i} look",), expected="found") for i in range(6)]
+
+    report = await run_eval(
+        eval_flow(str(state_dir), storm=3, retry_after=1.5),
+        cases,
+        run_id="storm",
+        concurrency=6,
+        scorers=[contains()],
+        model_limits={"*": ModelRateLimit(requests_per_minute=6000)},
+        out=tmp_path / "out",
+        store=store_path,
+        namespace=namespace,
+    )
+
+    assert all(r.status is CaseStatus.SCORED and r.passed for r in report.results)
+    calls = sorted(
+        (float(t), kind)
+        for t, _, kind in (
+            e.split() for e in InvocationLog(state_dir / "model-times.log").entries()
+        )
+    )
+    # (two sessions can both read the storm's count before either logs: 3 or a few more)
+    storm = sum(1 for _, kind in calls if kind == "429")
+    assert storm >= 3
+    # No session called the model within Retry-After of a 429 (the server's view; calls
+    # granted before the limiter heard of it may still start in its first moments).
+    for at, kind in calls:
+        if kind == "429":
+            assert not any(at + 0.2 < t < at + 1.4 and k == "ok" for t, k in calls), calls
+    stats = await EvalModelLimiter("eval.storm", {}, namespace=namespace).stats()
+    assert stats["default"]["rate_limited"] == storm and stats["default"]["cuts"] >= 1
+    assert stats["default"]["factor"] < 1.0
 
 
 def test_a_429_blocks_for_retry_after_cuts_the_rate_once_per_episode_and_grows_back() -> None:

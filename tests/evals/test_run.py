@@ -127,3 +127,29 @@ async def test_run_eval_scores_answers_interrupts_and_writes_results(
     log = InvocationLog(state_dir / "lookup.log")
     assert sorted(log.entries()) == sorted(set(log.entries()))
     assert InvocationLog(state_dir / "refund.log").entries() == ["w1 refund it"]
+
+
+async def test_a_run_of_200_cases(
+    ray_session: None, namespace: str, store_path: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    cases = [
+        EvalCase(id=f"c{i:03}", turns=(f"c{i:03} look",), expected="found") for i in range(200)
+    ]
+
+    report = await run_eval(
+        eval_flow(str(state_dir)),
+        cases,
+        run_id="r200",
+        concurrency=50,
+        scorers=[contains()],
+        out=tmp_path / "out",
+        store=store_path,
+        namespace=namespace,
+    )
+
+    assert len(report.results) == 200
+    assert all(r.status is CaseStatus.SCORED and r.passed for r in report.results)
+    assert report.summary()["counts"]["scored"] == 200
+    model = InvocationLog(state_dir / "model.log").entries()
+    assert len(model) == 400 and len(set(model)) == 400
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 200

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,18 @@ def test_exports_are_pinned() -> None:
     )
     for name in ("EvalCase", "ModelRateLimit", "approve_all", "contains", "run_eval"):
         assert name in evals.__all__
+
+
+def test_importing_evals_loads_no_report_library() -> None:
+    code = (
+        "import sys, dex_agents_ray.evals; "
+        "names = ('pandas', 'matplotlib', 'tqdm', 'rich', 'pyarrow'); "
+        "print([m for m in names if m in sys.modules])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 def test_text_scorers() -> None:

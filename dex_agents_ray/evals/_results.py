@@ -277,10 +277,14 @@ class ResultsWriter:
                     file.truncate(data.rfind(b"\n") + 1)
 
     def append(self, row: CaseResult) -> None:
-        line = (json.dumps(row.to_json(), sort_keys=True) + "\n").encode()
+        self.append_many([row])
+
+    def append_many(self, rows: Sequence[CaseResult]) -> None:
+        """Append ``rows`` with one write and one fsync."""
+        data = b"".join((json.dumps(row.to_json(), sort_keys=True) + "\n").encode() for row in rows)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
+            os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -51,6 +51,9 @@ __all__ = ["EvalProgress", "ScoringContext", "run_eval", "session_id_for"]
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_CONCURRENCY = 16
+PUBLISH_SECONDS = 0.5
+"""At most this often the driver rewrites ``summary.json`` and publishes its progress
+(both also at the end of a run)."""
 DEFAULT_NAMESPACE = "dex-agents-ray"
 """The engine's default Ray namespace (``FlowEngine.start``'s), where the run's actors live."""
 
@@ -171,6 +174,12 @@ class _Run:
         self.ceiling: RaySpendLimit | None = None
         self.state = RunState.RUNNING
         self.stopped: str | None = None
+        self.totals = dict.fromkeys(
+            ("done", "failed", "needs_person", "steps", "input_tokens", "output_tokens"), 0
+        )
+        self._unwritten: list[CaseResult] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._published = self._summarized = -PUBLISH_SECONDS
 
     def sessions_for(self, flow: AgentSessionFlow) -> AgentSessionClient:
         flow_type = flow.get_flow_type()
@@ -184,19 +193,30 @@ class _Run:
 
     # -- progress ----------------------------------------------------------------
 
+    def _count(self, row: CaseResult, sign: int) -> None:
+        totals = self.totals
+        totals["done"] += sign * row.status.final
+        totals["failed"] += sign * (row.status is CaseStatus.FAILED)
+        totals["needs_person"] += sign * (row.status is CaseStatus.NEEDS_PERSON)
+        totals["steps"] += sign * (row.model_calls + row.tool_calls)
+        totals["input_tokens"] += sign * row.input_tokens
+        totals["output_tokens"] += sign * row.output_tokens
+
+    def keep(self, row: CaseResult) -> None:
+        """Make ``row`` the case's row (the totals follow)."""
+        old = self.rows.get(row.case_id)
+        if old is not None:
+            self._count(old, -1)
+        self.rows[row.case_id] = row
+        self._count(row, 1)
+
     def snapshot(self) -> EvalProgress:
-        rows = self.rows.values()
         return EvalProgress(
             total=len(self.cases),
-            done=sum(1 for r in rows if r.status.final),
-            failed=sum(1 for r in rows if r.status is CaseStatus.FAILED),
-            needs_person=sum(1 for r in rows if r.status is CaseStatus.NEEDS_PERSON),
             running=self.running,
-            steps=sum(r.model_calls + r.tool_calls for r in rows),
-            input_tokens=sum(r.input_tokens for r in rows),
-            output_tokens=sum(r.output_tokens for r in rows),
             elapsed_s=time.monotonic() - self.started,
             state=self.state,
+            **self.totals,
         )
 
     def report(self) -> EvalReport:
@@ -209,14 +229,39 @@ class _Run:
         )
 
     async def _finish(self, row: CaseResult) -> None:
-        self.rows[row.case_id] = row
+        self.keep(row)
         if self.writer is not None:
-            self.writer.append(row)
-            self.writer.write_summary(self.report().summary())
-        if self.control is not None:
+            self._unwritten.append(row)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+        now = time.monotonic()
+        if self.control is not None and now - self._published >= PUBLISH_SECONDS:
+            self._published = now
             await self.control.publish(self.snapshot())
         if self.progress is not None:
             self.progress(self.snapshot())
+
+    async def _flush(self) -> None:
+        """Write the rows that finished meanwhile: one write and fsync per batch, in a
+        thread (a row lost to a kill before its fsync only makes the rerun derive it
+        from the session again)."""
+        assert self.writer is not None
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            await asyncio.to_thread(self.writer.append_many, batch)
+            now = time.monotonic()
+            if now - self._summarized >= PUBLISH_SECONDS:
+                self._summarized = now
+                summary = self.report().summary()
+                await asyncio.to_thread(self.writer.write_summary, summary)
+
+    async def drain(self) -> None:
+        """Wait until every finished row is on disk."""
+        while self._flusher is not None and not self._flusher.done():
+            await self._flusher
+        if self._unwritten:
+            self._flusher = asyncio.create_task(self._flush())
+            await self._flusher
 
     # -- one case ----------------------------------------------------------------
 
@@ -298,11 +343,12 @@ class _Run:
                 self.state = await self.control.state()
                 if self.state is not RunState.PAUSED:
                     break
+                await self.control.publish(self.snapshot())  # what a paused run has done
                 await self.control.wait_changed(timeout=5.0)
             if self.state is RunState.CANCELLED:
                 self.stopped = "cancelled"
                 return True
-        failed = sum(1 for r in self.rows.values() if r.status is CaseStatus.FAILED)
+        failed = self.totals["failed"]
         if self.max_failures is not None and failed >= self.max_failures:
             self.stopped = f"max_failures ({self.max_failures}) reached"
             return True
@@ -386,6 +432,7 @@ class _Run:
         finally:
             if watcher is not None:
                 watcher.cancel()
+        await self.drain()
         if self.control is not None:
             await self.control.publish(self.snapshot())
 
@@ -484,7 +531,7 @@ async def run_eval(
         for case in cases:
             row = previous.get(case.id)
             if row is not None and row.status.final:
-                run.rows[case.id] = row
+                run.keep(row)
     await _start(run, flow, scorer_objects, model_limits, store, namespace, ray_address, out)
     assert run.engine is not None
     try:

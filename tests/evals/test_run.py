@@ -153,3 +153,36 @@ async def test_a_run_of_200_cases(
     model = InvocationLog(state_dir / "model.log").entries()
     assert len(model) == 400 and len(set(model)) == 400
     assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 200
+
+
+async def test_max_failures_stops_scheduling(
+    ray_session: None, namespace: str, store_path: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    def strict(sample: Any) -> bool:
+        if sample.case.metadata.get("bad"):
+            raise RuntimeError("cannot score this one")
+        return True
+
+    cases = [
+        EvalCase(id=f"c{i}", turns=(f"c{i} look",), metadata={"bad": i in (1, 2)}) for i in range(5)
+    ]
+
+    report = await run_eval(
+        eval_flow(str(state_dir)),
+        cases,
+        run_id="fails",
+        concurrency=1,
+        scorers=[strict],
+        max_failures=2,
+        store=store_path,
+        namespace=namespace,
+    )
+
+    assert [(r.case_id, r.status) for r in report.results] == [
+        ("c0", CaseStatus.SCORED),
+        ("c1", CaseStatus.FAILED),
+        ("c2", CaseStatus.FAILED),
+    ]
+    assert report.result("c1").error == ("scorer 'strict': RuntimeError: cannot score this one")
+    assert report.stopped == "max_failures (2) reached"
+    assert not any(e.startswith("c3") for e in InvocationLog(state_dir / "model.log").entries())

@@ -104,18 +104,20 @@ class _Events:
         return kind in wake
 
     async def read(self, timeout: float, *, wake: frozenset[AgentEventType] = WAKE_EVENTS) -> bool:
-        """Read what is there (and up to ``timeout`` for more); whether anything woke us."""
-        woke = False
-        wait = timeout
+        """Read up to the next ``wake`` event (waiting up to ``timeout`` for it); whether
+        one came."""
         while True:
             try:
-                message = await self.sessions.read_event(self.session_id, self.token, wait)
+                message = await self.sessions.read_event(self.session_id, self.token, timeout)
             except LongPollTimeoutError:
-                return woke
+                return False
             self.token = message.resume_token
-            woke = self._see(message.value, wake) or woke
-            if woke:
-                wait = 0.0  # drain what is already there, then act
+            if self._see(message.value, wake):
+                return True
+
+    async def drain(self) -> None:
+        """Read everything the Stream holds now."""
+        await self.read(0.0, wake=frozenset())
 
 
 async def session_exists(sessions: AgentSessionClient, session_id: str) -> bool:
@@ -264,7 +266,7 @@ async def drive_session(  # noqa: C901 - one decision per session state
                     continue
                 if _idle_at(await sessions.get_agent_snapshot(session_id), state.turn_count):
                     await sessions.send_user_message(session_id, turns[state.turn_count])
-                    await events.read(0.0)  # the Stream up to now, for ``ended``
+                    await events.drain()  # the Stream up to now, for ``ended``
                     known = state.turn_count + 1
                 continue
             messages = await all_messages(sessions, session_id, snapshot)
@@ -300,7 +302,7 @@ async def _answer(
     events: _Events,
 ) -> tuple[bool, dict[str, str]]:
     """Answer what the case's answers and the policy answer: (any answered, the rest)."""
-    await events.read(0.0)  # the question order up to now
+    await events.drain()  # the question order up to now
     acted = False
     waiting: dict[str, str] = {}
     for interrupt in pending:

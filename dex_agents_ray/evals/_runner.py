@@ -177,6 +177,7 @@ class _Run:
         self.totals = dict.fromkeys(
             ("done", "failed", "needs_person", "steps", "input_tokens", "output_tokens"), 0
         )
+        self._state_changed = asyncio.Event()
         self._unwritten: list[CaseResult] = []
         self._flusher: asyncio.Task[None] | None = None
         self._published = self._summarized = -PUBLISH_SECONDS
@@ -338,16 +339,17 @@ class _Run:
     # -- scheduling --------------------------------------------------------------
 
     async def _should_stop(self) -> bool:
-        if self.control is not None:
-            while True:
-                self.state = await self.control.state()
-                if self.state is not RunState.PAUSED:
-                    break
+        # The state comes from the watcher (no actor call per case).
+        while True:
+            self._state_changed.clear()  # before the check: a change after it wakes the wait
+            if self.state is not RunState.PAUSED:
+                break
+            if self.control is not None:
                 await self.control.publish(self.snapshot())  # what a paused run has done
-                await self.control.wait_changed(timeout=5.0)
-            if self.state is RunState.CANCELLED:
-                self.stopped = "cancelled"
-                return True
+            await self._state_changed.wait()
+        if self.state is RunState.CANCELLED:
+            self.stopped = "cancelled"
+            return True
         failed = self.totals["failed"]
         if self.max_failures is not None and failed >= self.max_failures:
             self.stopped = f"max_failures ({self.max_failures}) reached"
@@ -359,17 +361,21 @@ class _Run:
                 return True
         return False
 
-    async def _watch_cancel(self, running: dict[str, asyncio.Task[None]]) -> None:
-        """Cancel the running cases once the run is cancelled from outside."""
+    async def _watch(self, running: dict[str, asyncio.Task[None]]) -> None:
+        """Follow the run's state (``eval pause|resume|cancel``); on cancel, cancel the
+        running cases."""
         assert self.control is not None
         while True:
-            await self.control.wait_changed(timeout=5.0)
-            if await self.control.state() is RunState.CANCELLED:
-                self.state = RunState.CANCELLED
+            state = await self.control.state()
+            if state is not self.state:
+                self.state = state
+                self._state_changed.set()
+            if state is RunState.CANCELLED:
                 self.stopped = "cancelled"
                 for task in list(running.values()):
                     task.cancel()
                 return
+            await self.control.wait_changed(timeout=5.0)
 
     async def _cancelled_row(self, case: EvalCase, flow: AgentSessionFlow) -> CaseResult:
         """Cancel the case's running turn (``cancel_turn``) and report it cancelled."""
@@ -395,7 +401,7 @@ class _Run:
         slots = asyncio.Semaphore(self.concurrency)
         tasks: set[asyncio.Task[None]] = set()
         running: dict[str, asyncio.Task[None]] = {}
-        watcher = asyncio.create_task(self._watch_cancel(running)) if self.control else None
+        watcher = asyncio.create_task(self._watch(running)) if self.control else None
 
         async def one(case: EvalCase) -> None:
             try:

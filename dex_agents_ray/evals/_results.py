@@ -52,8 +52,10 @@ class CaseStatus(StrEnum):
 
     @property
     def final(self) -> bool:
-        """A rerun of the run ID skips the case."""
-        return self in (CaseStatus.SCORED, CaseStatus.FAILED)
+        """A rerun of the run ID skips the case (only a scored one: a failed case is
+        looked at again, and a turn that failed is reported from the session's state
+        without another model call)."""
+        return self is CaseStatus.SCORED
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -80,7 +80,7 @@ class EvalProgress:
     total: int
     """Cases in the run."""
     done: int
-    """Cases with a final row (scored or failed), this run and earlier ones."""
+    """Cases scored or failed, in this run or (scored) in earlier ones."""
     failed: int
     """Of those, failed."""
     needs_person: int
@@ -196,7 +196,7 @@ class _Run:
 
     def _count(self, row: CaseResult, sign: int) -> None:
         totals = self.totals
-        totals["done"] += sign * row.status.final
+        totals["done"] += sign * (row.status in (CaseStatus.SCORED, CaseStatus.FAILED))
         totals["failed"] += sign * (row.status is CaseStatus.FAILED)
         totals["needs_person"] += sign * (row.status is CaseStatus.NEEDS_PERSON)
         totals["steps"] += sign * (row.model_calls + row.tool_calls)
@@ -468,7 +468,7 @@ async def run_eval(
     """Run every case as a session of ``flow`` and score it; returns the report.
 
     Durable and resumable: the same ``run_id`` again skips the cases ``out``
-    already holds a final row for (scored or failed), resumes unfinished
+    already holds a scored row for, resumes unfinished
     sessions where they are, and starts the rest. A case needing a person is
     reported ``needs_person`` and its session left waiting.
 

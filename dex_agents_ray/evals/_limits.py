@@ -141,6 +141,8 @@ class _ModelState:
         self.granted = 0
         self.rate_limited = 0
         self.cuts = 0
+        self.reports: list[float] = []
+        """When the newest 429s were reported (wall clock, for tests and status)."""
 
     def advance(self, now: float) -> None:
         elapsed = max(0.0, now - self.updated)
@@ -203,6 +205,8 @@ class _RateLimiterActor:
         wait = DEFAULT_RETRY_AFTER.total_seconds() if retry_after_s is None else retry_after_s
         state.blocked_until = max(state.blocked_until, now + max(0.0, wait))
         state.rate_limited += 1
+        state.reports.append(time.time())
+        del state.reports[:-100]
         if now - state.episode_start >= EPISODE.total_seconds():
             state.episode_start = now
             state.factor = max(MIN_FACTOR, state.factor * CUT_FACTOR)
@@ -212,13 +216,14 @@ class _RateLimiterActor:
             if bucket is not None:
                 bucket.level = min(bucket.level, 0.0)
 
-    def stats(self) -> dict[str, dict[str, float]]:
+    def stats(self) -> dict[str, dict[str, Any]]:
         return {
             model: {
                 "factor": s.factor,
                 "granted": s.granted,
                 "rate_limited": s.rate_limited,
                 "cuts": s.cuts,
+                "reported_at": list(s.reports),
             }
             for model, s in self._models.items()
         }
@@ -345,9 +350,10 @@ class EvalModelLimiter:
         seconds = None if retry_after is None else retry_after.total_seconds()
         await self.actor().report_rate_limited.remote(model, seconds, self._wire(rate))
 
-    async def stats(self) -> dict[str, dict[str, float]]:
-        """Per model: the rate factor, calls granted, 429s reported, cuts."""
-        result: dict[str, dict[str, float]] = await self.actor().stats.remote()
+    async def stats(self) -> dict[str, dict[str, Any]]:
+        """Per model: the rate factor, calls granted, 429s reported, cuts, and when
+        the newest 429s were reported (``reported_at``, seconds since the epoch)."""
+        result: dict[str, dict[str, Any]] = await self.actor().stats.remote()
         return result
 
 
@@ -357,31 +363,55 @@ _CURRENT_CALL: contextvars.ContextVar[tuple[EvalModelLimiter, str] | None] = con
 """The limiter and model key of the model call the current Step reserved for."""
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and what it was raised from (a client may wrap the provider's error)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _retry_after_seconds(error: BaseException) -> float | None:
+    value: Any = getattr(error, "retry_after", None)
+    if value is None:
+        for headers in (
+            getattr(error, "headers", None),
+            getattr(error, "litellm_response_headers", None),
+            getattr(getattr(error, "response", None), "headers", None),
+        ):
+            try:
+                value = headers.get("retry-after") or headers.get("Retry-After")  # type: ignore[union-attr]
+            except AttributeError:
+                continue
+            if value is not None:
+                break
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):  # an HTTP date: wait the default
+        return None
+
+
 def rate_limit_retry_after(error: BaseException) -> tuple[bool, timedelta | None]:
     """Whether ``error`` is a provider's 429, and its ``Retry-After`` when it says.
 
-    Recognized: an exception with ``status_code == 429`` (LiteLLM's
-    ``RateLimitError``, httpx and OpenAI errors), or whose class name has
-    ``RateLimit`` in it; the delay comes from a ``retry_after`` attribute
-    (seconds) or the ``Retry-After`` header of its ``response`` or ``headers``.
+    Recognized: an exception (or one it was raised from) with ``status_code ==
+    429`` (LiteLLM's ``RateLimitError``, httpx and OpenAI errors) or with
+    ``RateLimit`` in its class name; the delay is the first ``retry_after``
+    attribute (seconds) or ``Retry-After`` header (of ``headers``,
+    ``litellm_response_headers`` or ``response.headers``) along that chain.
     """
-    status = getattr(error, "status_code", None)
-    if status != 429 and "RateLimit" not in type(error).__name__:
+    chain = _chain(error)
+    if not any(
+        getattr(e, "status_code", None) == 429 or "RateLimit" in type(e).__name__ for e in chain
+    ):
         return False, None
-    seconds: Any = getattr(error, "retry_after", None)
-    if seconds is None:
-        headers = getattr(getattr(error, "response", None), "headers", None)
-        headers = headers if headers is not None else getattr(error, "headers", None)
-        if headers is not None:
-            try:
-                seconds = headers.get("retry-after") or headers.get("Retry-After")
-            except AttributeError:
-                seconds = None
-    try:
-        value = float(seconds) if seconds is not None else None
-    except (TypeError, ValueError):  # an HTTP date: wait the default
-        value = None
-    return True, None if value is None else timedelta(seconds=max(0.0, value))
+    for each in chain:
+        seconds = _retry_after_seconds(each)
+        if seconds is not None:
+            return True, timedelta(seconds=seconds)
+    return True, None
 
 
 class RateLimitedModelClient:

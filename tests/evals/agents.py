@@ -103,3 +103,23 @@ def eval_flow(
         built_in_tools=frozenset({BuiltInTool.ASK_USER}),
     )
     return builtin_agent_session_flow(agent, flow_type=flow_type)
+
+
+def provider_api_key() -> str:
+    return "sk-test-eval"
+
+
+def litellm_eval_flow(api_base: str) -> AgentSessionFlow:
+    """A tool-less agent on LiteLLM (``openai/gpt-5-mini`` at ``api_base``), its model
+    wrapped in ``RateLimitedModelClient``."""
+    from dex_agents_ray.litellm import LiteLLMModelClient
+
+    model = LiteLLMModelClient(
+        "openai/gpt-5-mini", api_base=api_base, api_key_provider=provider_api_key
+    )
+    agent = AgentDefinition(
+        name="eval-litellm",
+        instructions="Answer.",
+        model=RateLimitedModelClient(model),
+    )
+    return builtin_agent_session_flow(agent, flow_type="EvalLiteLLMAgent")

@@ -207,16 +207,16 @@ class EvalReport:
         """Score and latency figures (a matplotlib ``Figure``: mean score per
         scorer, and the latency histogram). Needs the ``evals`` extra."""
         try:
-            import matplotlib
-
-            matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
+            # A Figure of its own, not pyplot: no backend switch, no global state (a
+            # notebook shows the returned Figure; ``figure.savefig(...)`` writes it).
+            from matplotlib.figure import Figure
         except ImportError as error:
             raise ImportError(
                 'EvalReport.plot() needs matplotlib: pip install "dex-agents-ray[evals]"'
             ) from error
         summary = self.summary()
-        figure, (scores_axis, latency_axis) = plt.subplots(1, 2, figsize=(10, 4))
+        figure = Figure(figsize=(10, 4))
+        scores_axis, latency_axis = figure.subplots(1, 2)
         names = list(summary["mean_scores"])
         scores_axis.bar(names, [summary["mean_scores"][n] or 0.0 for n in names])
         scores_axis.set_ylim(0, 1)

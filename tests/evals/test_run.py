@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dex_agents_ray import AgentSessionClient
 from dex_agents_ray.engine import FlowEngine
 from dex_agents_ray.evals import (
@@ -90,6 +92,10 @@ async def test_run_eval_scores_answers_interrupts_and_writes_results(
     assert table.loc["read", "score:contains"] == 1.0
     figure = report.plot()
     assert len(figure.axes) == 2
+    # mean per scorer, in name order: contains 4 of 5 scored, exact none, regex all
+    assert [p.get_height() for p in figure.axes[0].patches] == pytest.approx([0.8, 0, 1, 0.5])
+    figure.savefig(tmp_path / "figure.png")
+    assert (tmp_path / "figure.png").stat().st_size > 1000
 
     # The waiting session is findable and still waits.
     engine = await FlowEngine.start([flow], store=store_path, namespace=namespace)

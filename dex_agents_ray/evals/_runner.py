@@ -32,6 +32,7 @@ from dex_agents_ray.evals._driver import (
 from dex_agents_ray.evals._limits import EVAL_RUN_MODEL_LIMIT, EvalModelLimiter, ModelRateLimit
 from dex_agents_ray.evals._policies import InterruptPolicy
 from dex_agents_ray.evals._results import (
+    RESULTS_FILE,
     CaseResult,
     CaseStatus,
     EvalReport,
@@ -516,10 +517,14 @@ async def run_eval(
         if case.id in seen:
             raise ValueError(f"run_eval: duplicate case id {case.id!r}")
         seen.add(case.id)
+    for key, limit in (model_limits or {}).items():
+        if not isinstance(limit, ModelRateLimit):
+            raise TypeError(f"run_eval: model_limits[{key!r}] must be a ModelRateLimit")
     scorer_objects = [as_scorer(s) for s in scorers]
     names = [s.name for s in scorer_objects]
     if len(set(names)) != len(names):
         raise ValueError(f"run_eval: scorer names must be unique, got {names}")
+    previous = read_results(Path(out) / RESULTS_FILE) if out is not None else {}
     writer = ResultsWriter(Path(out)) if out is not None else None
     run = _Run(
         run_id=run_id,
@@ -533,7 +538,6 @@ async def run_eval(
         progress=progress,
     )
     if writer is not None:
-        previous = read_results(writer.path)
         for case in cases:
             row = previous.get(case.id)
             if row is not None and row.status.final:

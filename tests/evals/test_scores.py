@@ -234,4 +234,20 @@ async def test_run_eval_refuses_bad_arguments_before_starting_anything(tmp_path:
             await run_eval(flow, cases, store=store, out=tmp_path / "out", **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="duplicate case id 'a'"):
         await run_eval(flow, cases * 2, run_id="r", store=store, out=tmp_path / "out")
+    with pytest.raises(TypeError, match=r"model_limits\['m'\] must be a ModelRateLimit"):
+        await run_eval(
+            flow,
+            cases,
+            run_id="r",
+            store=store,
+            out=tmp_path / "out",
+            model_limits={"m": 5},  # type: ignore[dict-item]
+        )
     assert not store.exists() and not (tmp_path / "out").exists()
+    # Results of a newer release are refused before anything is written.
+    (tmp_path / "newer").mkdir()
+    row = {**_row("a", True, 1.0).to_json(), "schema_version": 99}
+    (tmp_path / "newer" / "results.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match="newer than this release reads"):
+        await run_eval(flow, cases, run_id="r", store=store, out=tmp_path / "newer")
+    assert not store.exists() and len(list((tmp_path / "newer").iterdir())) == 1

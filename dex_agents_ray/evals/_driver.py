@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dex import IdReusePolicy, StartFlowOptions
 from dex.runtime_errors import (
     FlowAlreadyStartedError,
-    FlowNotActiveOrNotFoundError,
-    FlowNotFoundError,
     LongPollTimeoutError,
 )
 
@@ -120,14 +119,6 @@ class _Events:
         await self.read(0.0, wake=frozenset())
 
 
-async def session_exists(sessions: AgentSessionClient, session_id: str) -> bool:
-    try:
-        await sessions.client.describe_flow(session_id)
-    except (FlowNotFoundError, FlowNotActiveOrNotFoundError):
-        return False
-    return True
-
-
 def _idle_at(snapshot: AgentSnapshot, turn_count: int) -> bool:
     state = snapshot.state
     return (
@@ -214,16 +205,18 @@ async def drive_session(  # noqa: C901 - one decision per session state
     answered: set[str] = set()
     known: int | None = None
     raised_seen = 0
-    if not await session_exists(sessions, session_id):
-        try:
-            await sessions.start_session(
-                session_id,
-                turns[0],
-                session_settings=dict(case.session_settings) if settings is None else settings,
-            )
-            known = 1
-        except FlowAlreadyStartedError:
-            pass  # another driver of the run started it: go on from its state
+    try:
+        # DISALLOW: a session ID used before (even by a closed run) is never started
+        # again; this start is also the existence check.
+        await sessions.start_session(
+            session_id,
+            turns[0],
+            session_settings=dict(case.session_settings) if settings is None else settings,
+            options=StartFlowOptions(id_reuse_policy=IdReusePolicy.DISALLOW),
+        )
+        known = 1
+    except FlowAlreadyStartedError:
+        pass  # an earlier driver of the run started it: go on from its state
     while True:
         if known is not None and events.raised == raised_seen:
             if events.ended < known:  # the last message's turn still runs

@@ -118,7 +118,8 @@ def _steps(count: int, turns: int) -> int:
 async def measure(args: argparse.Namespace, workdir: Path) -> None:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, never a `ray start` head running here.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     store = workdir / "engine.db"
     flow = bench_flow()

@@ -31,7 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     from dex_agents_ray.cli._serve import add_serve_parser
 
     add_serve_parser(sub)
+    from dex_agents_ray.cli._sessions import add_sessions_parser
+
+    add_sessions_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "sessions":
+        from dex_agents_ray.cli._sessions import run_sessions
+
+        return run_sessions(args)
     if args.command == "serve":
         from dex_agents_ray.cli._serve import run_serve
 

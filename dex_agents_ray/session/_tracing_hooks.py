@@ -131,6 +131,14 @@ def _message_json(message: AgentMessage) -> dict[str, Any]:
     return {"role": message.role.value, "parts": parts}
 
 
+def _produced(result: TurnCompleted) -> list[tuple[int, Any]]:
+    """``(index, message)`` of what the final model call produced: the
+    ``TurnCompleted`` messages after the turn's last tool result."""
+    messages = list(result.new_messages)
+    last_tool = max((i for i, m in enumerate(messages) if m.role is MessageRole.TOOL), default=-1)
+    return [(i, m) for i, m in enumerate(messages) if i > last_tool]
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -431,11 +439,11 @@ class StepHooks:
         self, context: Context, state: AgentState, result: object, keys_before: set[str]
     ) -> Attributes:
         attributes: Attributes = {}
-        if isinstance(result, TurnCompleted) and result.new_messages:
+        if isinstance(result, TurnCompleted):
             first = state.last_sequence + 1
-            attributes["dex.agent.output_messages.keys"] = [
-                message_sequence_key(first + i) for i in range(len(result.new_messages))
-            ]
+            keys = [message_sequence_key(first + i) for i, _ in _produced(result)]
+            if keys:
+                attributes["dex.agent.output_messages.keys"] = keys
         if isinstance(result, ToolCallsRequested):
             created = set(AGENT_TOOL_CALLS.get_all_instance_keys(context)) - keys_before
             ids = [c.tool_call_id for c in result.tool_calls if c.tool_call_id in created]
@@ -468,8 +476,8 @@ class StepHooks:
                 for c in result.tool_calls
             ]
             outputs.append({"role": "assistant", "parts": parts, "finish_reason": "tool_call"})
-        elif result is not None:
-            for message in getattr(result, "new_messages", ()):
+        elif isinstance(result, TurnCompleted):
+            for _, message in _produced(result):
                 outputs.append({"role": message.role.value, "parts": _text_part(message.text)})
         return {"gen_ai.input.messages": _json(inputs), "gen_ai.output.messages": _json(outputs)}
 

@@ -55,10 +55,12 @@ Execute = Callable[[_S, AsyncContext, _I], Awaitable[StepDecision]]
 class ModelResultNote:
     """Where ``note_model_result`` leaves the runner's result for the ``chat`` span."""
 
-    __slots__ = ("result",)
+    __slots__ = ("records", "result")
 
     def __init__(self) -> None:
         self.result: object = None
+        self.records: list[Any] = []
+        """The tool call records the call saw (only when content is captured)."""
 
 
 MODEL_RESULT: ContextVar[ModelResultNote | None] = ContextVar(

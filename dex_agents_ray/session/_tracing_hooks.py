@@ -329,6 +329,8 @@ class StepHooks:
         parent = AGENT_TRACE_CONTEXT.get(context) if live else None
         keys_before = set(AGENT_TOOL_CALLS.get_all_instance_keys(context))
         note = ModelResultNote()
+        if self.capture and live:
+            note.records = [AGENT_TOOL_CALLS.get(context, key) for key in keys_before]
         reset = MODEL_RESULT.set(note)
         token = self.tracer.attach(parent=parent) if live else None
         start_ns, start = time.time_ns(), time.monotonic()
@@ -398,7 +400,7 @@ class StepHooks:
         if error is None and state is not None:
             attributes.update(self._outputs(context, state, result, keys_before))
             if self.capture:
-                attributes.update(self._chat_content(context, input, state, result))
+                attributes.update(self._chat_content(context, input, state, result, note.records))
         span = self.tracer.start(
             name, kind=kind, parent=parent, attributes=attributes, start_time=start
         )
@@ -452,7 +454,12 @@ class StepHooks:
         return attributes
 
     def _chat_content(
-        self, context: Context, input: Any, state: AgentState, result: object
+        self,
+        context: Context,
+        input: Any,
+        state: AgentState,
+        result: object,
+        records: list[AgentToolCall | None],
     ) -> Attributes:
         summary = CONTEXT_SUMMARY.get(context)
         after = summary.last_sequence if summary is not None else 0
@@ -461,7 +468,7 @@ class StepHooks:
             messages = [m for m in messages if m.sequence <= input.through_sequence]
         inputs = [_message_json(m) for m in messages if m.sequence <= state.last_sequence]
         if not isinstance(input, CompactContextInput):
-            inputs.extend(self._turn_tool_messages(context, state))
+            inputs.extend(self._turn_tool_messages(state, records))
         outputs: list[dict[str, Any]] = []
         if isinstance(result, ContextSummaryResult):
             outputs.append({"role": "assistant", "parts": _text_part(result.text)})
@@ -481,12 +488,10 @@ class StepHooks:
                 outputs.append({"role": message.role.value, "parts": _text_part(message.text)})
         return {"gen_ai.input.messages": _json(inputs), "gen_ai.output.messages": _json(outputs)}
 
-    def _turn_tool_messages(self, context: Context, state: AgentState) -> list[dict[str, Any]]:
-        """The turn's tool calls and their recorded results (not stored as messages)."""
-        records = [
-            AGENT_TOOL_CALLS.get(context, key)
-            for key in AGENT_TOOL_CALLS.get_all_instance_keys(context)
-        ]
+    def _turn_tool_messages(
+        self, state: AgentState, records: list[AgentToolCall | None]
+    ) -> list[dict[str, Any]]:
+        """The turn's tool calls the model saw, and their recorded results."""
         calls = sorted(
             (r for r in records if r is not None and r.turn_id == state.active_turn_id),
             key=lambda r: r.deferral_order,

@@ -18,6 +18,7 @@ from dex_agents_ray.builtin_loop import (
     AgentDefinition,
     BuiltinLoopAgentRunner,
     ModelRequest,
+    ModelUsage,
     ScriptedModelClient,
     ScriptedModelReply,
     ScriptedToolCall,
@@ -69,6 +70,11 @@ class Script:
             )
         if text == "refund":
             return ScriptedModelReply(tool_calls=[_call("call-r", "refund_order", "A1")])
+        if text == "cached":
+            usage = ModelUsage(
+                input_tokens=40, output_tokens=9, cached_input_tokens=30, reasoning_tokens=5
+            )
+            return ScriptedModelReply(text="from the cache", usage=usage)
         if text == "flaky":
             marker = os.path.join(self.state_dir, "flaky-failed")
             if not os.path.exists(marker):
@@ -88,6 +94,7 @@ def build_flow(
     enabled: bool = True,
     model_on_executor: bool = False,
     factory: object | None = None,
+    flow_type: str = FLOW_TYPE,
 ) -> AgentSessionFlow:
     """The agent's Flow, its tracing set the spec's way (``dataclasses.replace``)."""
     agent = AgentDefinition(
@@ -106,4 +113,4 @@ def build_flow(
     options = dataclasses.replace(builtin_agent_session_options(agent), tracing=tracing)
     if model_on_executor:
         options = dataclasses.replace(options, model_ray_options=RayTaskOptions())
-    return AgentSessionFlow(BuiltinLoopAgentRunner(agent), flow_type=FLOW_TYPE, options=options)
+    return AgentSessionFlow(BuiltinLoopAgentRunner(agent), flow_type=flow_type, options=options)

@@ -29,18 +29,18 @@ class SpanSink:
 
     def __init__(self) -> None:
         self._spans: list[dict[str, Any]] = []
-        self._logs: list[tuple[str, str]] = []
+        self._logs: list[tuple[int, str, str]] = []
 
     def add(self, spans: list[dict[str, Any]]) -> None:
         self._spans.extend(spans)
 
-    def log(self, level: str, message: str) -> None:
-        self._logs.append((level, message))
+    def log(self, pid: int, level: str, message: str) -> None:
+        self._logs.append((pid, level, message))
 
     def spans(self) -> list[dict[str, Any]]:
         return list(self._spans)
 
-    def logs(self) -> list[tuple[str, str]]:
+    def logs(self) -> list[tuple[int, str, str]]:
         return list(self._logs)
 
 
@@ -119,7 +119,7 @@ class _SinkLogHandler(logging.Handler):
         self._sink = ray.get_actor(SINK_NAME, namespace=namespace)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._sink.log.remote(record.levelname, record.getMessage())
+        self._sink.log.remote(os.getpid(), record.levelname, record.getMessage())
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,9 @@ class SinkFactory:
             provider.add_span_processor(RaisingProcessor())  # type: ignore[arg-type]
         provider.add_span_processor(SimpleSpanProcessor(SinkExporter(self.namespace)))  # type: ignore[arg-type]
         tracing_logger = logging.getLogger("dex_agents_ray.tracing")
-        tracing_logger.setLevel(logging.DEBUG)
-        tracing_logger.addHandler(_SinkLogHandler(self.namespace))
+        if not any(isinstance(h, _SinkLogHandler) for h in tracing_logger.handlers):
+            tracing_logger.setLevel(logging.DEBUG)
+            tracing_logger.addHandler(_SinkLogHandler(self.namespace))
         return provider
 
 

@@ -50,6 +50,15 @@ def _call(tool_call_id: str, tool_name: str, order_id: str) -> ScriptedToolCall:
     )
 
 
+@function_tool(effect=ToolEffect.READ)
+async def loaded_telemetry() -> dict[str, object]:
+    """The OpenTelemetry modules this process has imported."""
+    import sys
+
+    otel = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+    return {"pid": os.getpid(), "otel": otel}
+
+
 @dataclass(frozen=True)
 class Script:
     """The model: what it does depends on the turn's user text."""
@@ -70,6 +79,8 @@ class Script:
             )
         if text == "refund":
             return ScriptedModelReply(tool_calls=[_call("call-r", "refund_order", "A1")])
+        if text == "probe modules":
+            return ScriptedModelReply(tool_calls=[ScriptedToolCall(tool_name="loaded_telemetry")])
         if text == "cached":
             usage = ModelUsage(
                 input_tokens=40, output_tokens=9, cached_input_tokens=30, reasoning_tokens=5
@@ -95,13 +106,14 @@ def build_flow(
     model_on_executor: bool = False,
     factory: object | None = None,
     flow_type: str = FLOW_TYPE,
+    inline_probe: bool = False,
 ) -> AgentSessionFlow:
     """The agent's Flow, its tracing set the spec's way (``dataclasses.replace``)."""
     agent = AgentDefinition(
         name="support",
         instructions="You help customers with their orders.",
         model=ScriptedModelClient(Script(state_dir)),
-        tools=[lookup_order, refund_order],
+        tools=[lookup_order, refund_order, loaded_telemetry],
     )
     tracing = AgentTracingOptions(
         is_enabled=enabled,
@@ -111,6 +123,8 @@ def build_flow(
         tracer_provider_factory=factory or SinkFactory(namespace, sampled=sampled, raising=raising),  # type: ignore[arg-type]
     )
     options = dataclasses.replace(builtin_agent_session_options(agent), tracing=tracing)
+    if inline_probe:  # the probe runs in the host, beside the turn Steps
+        options = dataclasses.replace(options, inline_tools=frozenset({"loaded_telemetry"}))
     if model_on_executor:
         options = dataclasses.replace(options, model_ray_options=RayTaskOptions())
     return AgentSessionFlow(BuiltinLoopAgentRunner(agent), flow_type=flow_type, options=options)

@@ -30,7 +30,8 @@ class _Context:
     attempt = 1
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {"AgentTraceContext": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+        stored = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+        self.values: dict[str, Any] = {"AgentTraceContext": stored}
 
     def _get_attribute(self, definition: Any, instance: Any) -> Any:
         return self.values.get(definition.name)

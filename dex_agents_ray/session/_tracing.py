@@ -55,12 +55,14 @@ Execute = Callable[[_S, AsyncContext, _I], Awaitable[StepDecision]]
 class ModelResultNote:
     """Where ``note_model_result`` leaves the runner's result for the ``chat`` span."""
 
-    __slots__ = ("records", "result")
+    __slots__ = ("records", "result", "summarized_through")
 
     def __init__(self) -> None:
         self.result: object = None
         self.records: list[Any] = []
         """The tool call records the call saw (only when content is captured)."""
+        self.summarized_through = 0
+        """The summary's last sequence before the call (only when content is captured)."""
 
 
 MODEL_RESULT: ContextVar[ModelResultNote | None] = ContextVar(

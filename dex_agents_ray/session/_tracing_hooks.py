@@ -331,6 +331,8 @@ class StepHooks:
         note = ModelResultNote()
         if self.capture and live:
             note.records = [AGENT_TOOL_CALLS.get(context, key) for key in keys_before]
+            summary = CONTEXT_SUMMARY.get(context)
+            note.summarized_through = summary.last_sequence if summary is not None else 0
         reset = MODEL_RESULT.set(note)
         token = self.tracer.attach(parent=parent) if live else None
         start_ns, start = time.time_ns(), time.monotonic()
@@ -400,7 +402,7 @@ class StepHooks:
         if error is None and state is not None:
             attributes.update(self._outputs(context, state, result, keys_before))
             if self.capture:
-                attributes.update(self._chat_content(context, input, state, result, note.records))
+                attributes.update(self._chat_content(context, input, state, result, note))
         span = self.tracer.start(
             name, kind=kind, parent=parent, attributes=attributes, start_time=start
         )
@@ -459,16 +461,15 @@ class StepHooks:
         input: Any,
         state: AgentState,
         result: object,
-        records: list[AgentToolCall | None],
+        note: ModelResultNote,
     ) -> Attributes:
-        summary = CONTEXT_SUMMARY.get(context)
-        after = summary.last_sequence if summary is not None else 0
+        after = note.summarized_through
         messages = [m for m in load_messages(context, after=after) if m.sequence > after]
         if isinstance(input, CompactContextInput):
             messages = [m for m in messages if m.sequence <= input.through_sequence]
         inputs = [_message_json(m) for m in messages if m.sequence <= state.last_sequence]
         if not isinstance(input, CompactContextInput):
-            inputs.extend(self._turn_tool_messages(state, records))
+            inputs.extend(self._turn_tool_messages(state, note.records))
         outputs: list[dict[str, Any]] = []
         if isinstance(result, ContextSummaryResult):
             outputs.append({"role": "assistant", "parts": _text_part(result.text)})

@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from dex_agents_ray import (
+    CONTEXT_SUMMARY_INSTRUCTIONS,
     AgentSessionFlow,
     AgentTracingOptions,
+    CompactionPolicy,
     GenAISemanticConventionsVersion,
     ToolEffect,
 )
@@ -26,6 +29,7 @@ from dex_agents_ray.builtin_loop import (
     function_tool,
 )
 from dex_agents_ray.engine import RayTaskOptions
+from dex_agents_ray.testing import FileGate
 from tests.tracing.support import SinkFactory
 
 FLOW_TYPE = "TracedSupport"
@@ -65,11 +69,15 @@ class Script:
 
     state_dir: str
 
-    def __call__(self, request: ModelRequest) -> ScriptedModelReply:
+    def __call__(self, request: ModelRequest) -> Any:
+        if request.instructions == CONTEXT_SUMMARY_INSTRUCTIONS:
+            return ScriptedModelReply(text="The user looked up orders.")
         text = ScriptedModelClient.user_texts(request)[-1]
         results = ScriptedModelClient.tool_results(request)
         if results:
             return ScriptedModelReply(text="; ".join(r.output for r in results))
+        if text == "slow lookup":
+            return self._slow()
         if text == "two lookups":
             return ScriptedModelReply(
                 tool_calls=[
@@ -93,6 +101,11 @@ class Script:
                 raise RuntimeError("the model is down once")
         return ScriptedModelReply(text=f"echo: {text}")
 
+    async def _slow(self) -> ScriptedModelReply:
+        """Waits at gate ``model`` (so a test can steer meanwhile), then calls a tool."""
+        await FileGate(self.state_dir, "model").wait_for_release()
+        return ScriptedModelReply(tool_calls=[_call("call-s", "lookup_order", "S1")])
+
 
 def build_flow(
     namespace: str,
@@ -107,6 +120,7 @@ def build_flow(
     factory: object | None = None,
     flow_type: str = FLOW_TYPE,
     inline_probe: bool = False,
+    compaction_window: int | None = None,
 ) -> AgentSessionFlow:
     """The agent's Flow, its tracing set the spec's way (``dataclasses.replace``)."""
     agent = AgentDefinition(
@@ -114,6 +128,9 @@ def build_flow(
         instructions="You help customers with their orders.",
         model=ScriptedModelClient(Script(state_dir)),
         tools=[lookup_order, refund_order, loaded_telemetry],
+        compaction=None
+        if compaction_window is None
+        else CompactionPolicy(context_window_tokens=compaction_window),
     )
     tracing = AgentTracingOptions(
         is_enabled=enabled,

@@ -158,3 +158,59 @@ def stored_attribute(engine: Any, store_path: Path, flow_id: str, key: str, type
         return None
     values = engine.values
     return values.decode(pb.Value.FromString(row[0]), values.codec(type_))
+
+
+_SHOWN = (
+    ("dex.step.execution_id", "step"),
+    ("dex.step.attempt", "attempt"),
+    ("dex.agent.turn.id", "turn"),
+    ("dex.agent.activation.trigger", "trigger"),
+    ("dex.agent.interrupt.approved", "approved"),
+    ("gen_ai.usage.input_tokens", "in"),
+    ("gen_ai.usage.output_tokens", "out"),
+    ("dex.agent.requested_tool_call.ids", "requested"),
+    ("dex.agent.output_messages.keys", "output"),
+    ("gen_ai.tool.call.id", "call"),
+    ("dex.agent.tool_call.status", "status"),
+)
+
+
+def _text(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def render_tree(spans: list[dict[str, Any]], processes: dict[int, str] | None = None) -> str:
+    """The spans as one text tree per trace (roots by start time, children under
+    their parent, links noted), with the attributes that tell the turn's story."""
+    by_id = {s["span_id"]: s for s in spans}
+    roots = sorted((s for s in spans if s["parent_span_id"] not in by_id), key=lambda s: s["start"])
+    trace_numbers = {root["trace_id"]: n for n, root in enumerate(roots, start=1)}
+    lines: list[str] = []
+
+    def describe(span: dict[str, Any]) -> str:
+        attributes = span["attributes"]
+        shown = [f"{label}={_text(attributes[k])}" for k, label in _SHOWN if k in attributes]
+        where = (processes or {}).get(span["pid"], f"pid {span['pid']}")
+        status = " ERROR" if span["status"] == "ERROR" else ""
+        return f"{span['name']} [{span['kind']}{status}] ({where}) " + " ".join(shown)
+
+    def walk(span: dict[str, Any], prefix: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        lines.append(prefix + branch + describe(span))
+        children = sorted(
+            (s for s in spans if s["parent_span_id"] == span["span_id"]), key=lambda s: s["start"]
+        )
+        inner = prefix + ("" if top else ("   " if last else "│  "))
+        for index, child in enumerate(children):
+            walk(child, inner, index == len(children) - 1, False)
+
+    for root in roots:
+        links = [
+            f"trace {trace_numbers[t]}" for t, _ in root.get("links", []) if t in trace_numbers
+        ]
+        lines.append(
+            f"trace {trace_numbers[root['trace_id']]}"
+            + (f" (linked to {', '.join(links)})" if links else "")
+        )
+        walk(root, "  ", True, True)
+    return "\n".join(lines)

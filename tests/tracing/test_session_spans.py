@@ -11,7 +11,7 @@ from dex_agents_ray import AgentSessionClient
 from dex_agents_ray.session._schema import AGENT_TRACE_CONTEXT
 from tests.session.polling import eventually, has_interrupt, snapshot_when, turn_done
 from tests.tracing.agents import AGENT_NAME, build_flow
-from tests.tracing.support import start_sink, stored_attribute
+from tests.tracing.support import render_tree, start_sink, stored_attribute
 
 SCHEMA_URL = "https://opentelemetry.io/schemas/gen-ai-dev/1.42.0-dev"
 
@@ -187,6 +187,14 @@ async def test_a_turn_with_two_tools_is_one_trace_and_an_approval_starts_a_linke
     assert final_chat["parent_span_id"] == root3["span_id"]
     stored = stored_attribute(engine, store_path, "s1", AGENT_TRACE_CONTEXT.name, str)
     assert stored == traceparent(root3)
+    tree = render_tree(spans).splitlines()  # as docs/tracing.md shows it
+    assert [line for line in tree if line.startswith("trace")] == [
+        "trace 1",
+        "trace 2 (linked to trace 1)",
+        "trace 3 (linked to trace 2)",
+    ]
+    assert tree[-2].startswith("  ├─ execute_tool refund_order [INTERNAL]")
+    assert tree[-1].startswith("  └─ chat scripted [CLIENT]")
 
 
 async def test_a_retried_model_call_is_two_chat_spans_of_one_step_execution(

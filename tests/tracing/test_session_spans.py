@@ -9,6 +9,7 @@ from typing import Any
 
 from dex_agents_ray import AgentSessionClient
 from dex_agents_ray.session._schema import AGENT_TRACE_CONTEXT
+from dex_agents_ray.testing import FileGate, kill_flow_actor
 from tests.session.polling import eventually, has_interrupt, snapshot_when, turn_done
 from tests.tracing.agents import AGENT_NAME, build_flow
 from tests.tracing.support import render_tree, start_sink, stored_attribute
@@ -223,3 +224,35 @@ async def test_a_retried_model_call_is_two_chat_spans_of_one_step_execution(
     assert failed["name"] == "chat"  # no ModelCallMetadata from a call that raised
     assert retried["status"] == "UNSET" and "error.type" not in retried["attributes"]
     assert {failed["parent_span_id"], retried["parent_span_id"]} == {root["span_id"]}
+
+
+async def test_a_model_attempt_whose_host_was_killed_exports_no_chat_span(
+    engine_factory: Any, namespace: str, state_dir: Path
+) -> None:
+    sink = start_sink(namespace)
+    flow = build_flow(namespace, str(state_dir))
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("s3", "slow lookup")
+    gate = FileGate(str(state_dir), "model")
+    await gate.wait_until_reached()
+    killed = await kill_flow_actor(engine, "s3")
+    gate.release()
+    await snapshot_when(sessions, "s3", turn_done(1), timeout=120)
+    spans = of_session(
+        await spans_when(
+            sink, lambda s: counts(of_session(s, "s3"), chat=2, execute_tool=1), "the turn"
+        ),
+        "s3",
+    )
+    first_call = [
+        c for c in named(spans, "chat") if c["attributes"]["dex.step.execution_id"] == "RunModel-1"
+    ]
+    # Attempt 1 died with its host: only the rerun, in the restarted host, has a span.
+    assert [c["attributes"]["dex.step.attempt"] for c in first_call] == [2]
+    assert first_call[0]["pid"] != killed
+    assert first_call[0]["status"] == "UNSET"
+    (root,) = named(spans, "invoke_agent")
+    assert root["pid"] == killed  # exported before the kill
+    assert first_call[0]["parent_span_id"] == root["span_id"]  # from the stored context

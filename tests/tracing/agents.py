@@ -28,7 +28,7 @@ from dex_agents_ray.builtin_loop import (
     builtin_agent_session_options,
     function_tool,
 )
-from dex_agents_ray.engine import RayTaskOptions
+from dex_agents_ray.engine import RayTaskOptions, RemoteExecution
 from dex_agents_ray.testing import FileGate
 from tests.tracing.support import SinkFactory
 
@@ -121,6 +121,7 @@ def build_flow(
     flow_type: str = FLOW_TYPE,
     inline_probe: bool = False,
     compaction_window: int | None = None,
+    tools_as_tasks: bool = False,
 ) -> AgentSessionFlow:
     """The agent's Flow, its tracing set the spec's way (``dataclasses.replace``)."""
     agent = AgentDefinition(
@@ -142,6 +143,9 @@ def build_flow(
     options = dataclasses.replace(builtin_agent_session_options(agent), tracing=tracing)
     if inline_probe:  # the probe runs in the host, beside the turn Steps
         options = dataclasses.replace(options, inline_tools=frozenset({"loaded_telemetry"}))
+    if tools_as_tasks:  # a Ray task per tool attempt instead of the pooled executors
+        tasks = RayTaskOptions(execution=RemoteExecution.TASK)
+        options = dataclasses.replace(options, tool_ray_options=tasks)
     if model_on_executor:
         options = dataclasses.replace(options, model_ray_options=RayTaskOptions())
     return AgentSessionFlow(BuiltinLoopAgentRunner(agent), flow_type=flow_type, options=options)

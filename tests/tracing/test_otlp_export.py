@@ -36,10 +36,20 @@ async def _spans(receiver: OtlpReceiver, session_id: str, **wanted: int) -> list
     )
 
 
-async def test_host_and_executor_spans_arrive_over_otlp_in_one_trace(
-    engine_factory: Any, namespace: str, state_dir: Path, receiver: OtlpReceiver
+@pytest.mark.parametrize("placement", ["executors", "tasks"])
+async def test_host_and_worker_spans_arrive_over_otlp_in_one_trace(
+    engine_factory: Any, namespace: str, state_dir: Path, receiver: OtlpReceiver, placement: str
 ) -> None:
-    flow = build_flow(namespace, str(state_dir), factory=OtlpFactory(receiver.endpoint))
+    """``executors``: RunModel in the host, tools on pooled executors; ``tasks``: RunModel
+    on a pooled executor, each tool attempt in a Ray task."""
+    tasks = placement == "tasks"
+    flow = build_flow(
+        namespace,
+        str(state_dir),
+        factory=OtlpFactory(receiver.endpoint),
+        tools_as_tasks=tasks,
+        model_on_executor=tasks,
+    )
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
     await sessions.start_session("s1", "two lookups")
@@ -50,9 +60,13 @@ async def test_host_and_executor_spans_arrive_over_otlp_in_one_trace(
     assert {s["trace_id"] for s in spans} == {root["trace_id"]}
     assert {s["parent_span_id"] for s in spans if s is not root} == {root["span_id"]}
     chats, tools = named(spans, "chat"), named(spans, "execute_tool")
-    host_pids = {root["pid"]} | {c["pid"] for c in chats}
-    assert len(host_pids) == 1  # the session's host: the root and RunModel
-    assert {t["pid"] for t in tools}.isdisjoint(host_pids)  # the tools: pooled executors
+    model_pids = {c["pid"] for c in chats}
+    assert len(model_pids) == 1
+    if tasks:
+        assert root["pid"] not in model_pids  # RunModel on an executor, not in the host
+    else:
+        assert model_pids == {root["pid"]}  # RunModel in the session's host
+    assert {t["pid"] for t in tools}.isdisjoint(model_pids | {root["pid"]})
     assert all(s["scope"] == "dex_agents_ray" for s in spans)
     assert tools[0]["attributes"]["gen_ai.tool.name"] == "lookup_order"
     assert chats[0]["attributes"]["gen_ai.usage.input_tokens"] > 0

@@ -93,12 +93,16 @@ async def untraced_approval(
     fn: Execute, step: Any, context: AsyncContext, input: Any
 ) -> StepDecision:
     """``AwaitToolApproval`` with tracing and metrics off: a root without a valid
-    context deletes the stored one."""
+    context deletes the stored one and clears the record's copy."""
     before = AGENT_TOOL_CALLS.get(context, input)
     decision = await fn(step, context, input)
     try:
-        if _approval_change(context, before, AGENT_TOOL_CALLS.get(context, input)) is not None:
+        after = AGENT_TOOL_CALLS.get(context, input)
+        if _approval_change(context, before, after) is not None:
             forget_trace_context(context)
+            if after is not None and after.trace_context is not None:
+                # The tool's span starts a trace of its own, not the old activation's.
+                AGENT_TOOL_CALLS.set(context, input, replace(after, trace_context=None))
     except Exception:
         _bookkeeping_failure("reading the approval")
     return decision

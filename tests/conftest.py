@@ -26,7 +26,10 @@ def ray_session() -> Iterator[None]:
     if not ray.is_initialized():
         from dex_agents_ray.engine._engine import task_worker_system_config
 
+        # address="local": always a new cluster of our own, never another
+        # test run's or a `ray start` head that happens to run on this machine.
         ray.init(
+            address="local",
             num_cpus=2,
             include_dashboard=False,
             _system_config=task_worker_system_config(),

@@ -28,7 +28,14 @@ def main(argv: list[str] | None = None) -> int:
             default=None,
             help="SQLite file of the runs (default: ./.dex-agents-ray/engine.db)",
         )
+    from dex_agents_ray.cli._serve import add_serve_parser
+
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        from dex_agents_ray.cli._serve import run_serve
+
+        return run_serve(args)
     if args.command == "demo":
         from dex_agents_ray.cli._session_demo import run_session_demo
 

@@ -128,12 +128,23 @@ class AttemptRunner:
         # A remote attempt records its start later, at its acknowledgement: fix
         # first_attempt_at now so the request and the record agree.
         first_attempt_at = record.first_attempt_at or float(int(clock.now()))
+        local = record.remote is None
         request = (
-            self.state.wait_for_request(record, attempt)
+            self.state.wait_for_request(record, attempt, attributes=not local)
             if is_wait
             else self.state.execute_request(
-                evolve(record, first_attempt_at=first_attempt_at), attempt
+                evolve(record, first_attempt_at=first_attempt_at), attempt, attributes=not local
             )
+        )
+        # A local attempt reads the Attributes from the same snapshot, lazily.
+        values = (
+            self.state.attribute_values(
+                options.wait_for_load_attribute_map_instances
+                if is_wait
+                else options.execute_load_attribute_map_instances
+            )
+            if local
+            else None
         )
         raw_timeout = (
             options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
@@ -148,7 +159,7 @@ class AttemptRunner:
         loop = asyncio.get_running_loop()
         exec_id = record.exec_id
         future: asyncio.Future[Any]
-        if record.remote is None:
+        if local:
             future = asyncio.ensure_future(
                 invoke_step(
                     self.definition.mapper,
@@ -158,6 +169,7 @@ class AttemptRunner:
                     attempt_progress=progress,
                     is_active=lambda: self.attempt_active(exec_id, attempt),
                     sink=lambda frame: self.on_frame(exec_id, attempt, frame),
+                    attribute_values=values,
                 )
             )
             live = Live(attempt, loop.time(), lambda: _cancel(future))

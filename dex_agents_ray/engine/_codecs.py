@@ -28,6 +28,8 @@ from typing import Any
 from dex import CodecRegistry, JsonCodec
 from dex.codec import Codec, Value, WireKind, _supports_automatic_json, _type_name
 
+from dex_agents_ray.engine._immutable import mutable_part
+
 Decoder = Callable[[Any], Any]
 
 
@@ -87,29 +89,10 @@ def share_decoded_values(*classes: type[Any]) -> None:
         TypeError: A class (or a field's type) can be changed in place.
     """
     for cls in classes:
-        _require_immutable(cls, cls.__name__)
+        problem = mutable_part(cls)
+        if problem is not None:
+            raise TypeError(problem)
     _SHARED.update(classes)
-
-
-def _require_immutable(hint: object, where: str) -> None:
-    if hint in (str, int, float, bool, type(None), datetime) or (
-        isinstance(hint, type) and issubclass(hint, Enum)
-    ):
-        return
-    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
-    if origin is tuple or origin in (typing.Union, types.UnionType):
-        for argument in arguments:
-            if argument is not Ellipsis:
-                _require_immutable(argument, where)
-        return
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        if not hint.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-            raise TypeError(f"{where}: {hint.__name__} is not a frozen dataclass")
-        hints = typing.get_type_hints(hint)
-        for f in dataclasses.fields(hint):
-            _require_immutable(hints[f.name], f"{where}.{f.name}")
-        return
-    raise TypeError(f"{where}: {hint!r} values can be changed in place")
 
 
 class _EngineJsonCodec(JsonCodec[Any]):

@@ -394,6 +394,16 @@ class FlowHost:
         for driver in self._drivers.values():
             driver.schedule_evaluation()
 
+    def profile_start(self) -> None:
+        import cProfile
+
+        self._prof = cProfile.Profile()
+        self._prof.enable()
+
+    def profile_stop(self, path: str) -> None:
+        self._prof.disable()
+        self._prof.dump_stats(path)
+
     def pid(self) -> int:
         return os.getpid()
 

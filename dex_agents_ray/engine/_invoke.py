@@ -17,13 +17,14 @@ import functools
 import inspect
 import math
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 from dex import (
+    Attribute,
     AttributeMap,
     ChannelMap,
     Flow,
@@ -47,6 +48,7 @@ from dex.flow import _RegisteredFlow, _RegisteredStep
 from dex.runtime_errors import InvalidStepResultError, ValueMappingError
 from dex.step import StepMovement, StepOutput
 
+from dex_agents_ray.engine._immutable import deeply_immutable
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     RayTaskOptions,
@@ -57,6 +59,7 @@ from dex_agents_ray.engine._options import (
 T = TypeVar("T")
 Frame = pb.StepMethodHeartbeat | pb.StepStreamWrite
 FrameSink = Callable[[Frame], None]
+_MAPPED_OPTIONS_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -121,9 +124,29 @@ class FlowMapper(WorkerDispatcher):
         protocol.record_version(HARD_DELETE_ATTRIBUTE_PROTOCOL_VERSION)
         super().__init__(registry, ValueMapper(registry.codec_registry), cast(Any, None), protocol)
 
+        self._mapped_options: dict[tuple[str, StepOptions], pb.StepOptions] = {}
+
     @property
     def values(self) -> ValueMapper:
         return self._values
+
+    def map_step_options(
+        self, flow: _RegisteredFlow, options: StepOptions | None
+    ) -> pb.StepOptions | None:
+        # Steps build their options afresh for every movement (equal values):
+        # each distinct value maps once. Callers copy the result, never change it.
+        if options is None:
+            return None
+        key = (flow.name, options)
+        try:
+            mapped = self._mapped_options.get(key)
+        except TypeError:  # options holding an unhashable value
+            return super().map_step_options(flow, options)
+        if mapped is None:
+            mapped = super().map_step_options(flow, options)
+            if mapped is not None and len(self._mapped_options) < _MAPPED_OPTIONS_LIMIT:
+                self._mapped_options[key] = mapped
+        return mapped
 
     @staticmethod
     def _registered_movement_target(
@@ -192,12 +215,90 @@ def _extras(flow: _RegisteredFlow, options: StepOptions | None) -> MovementExtra
     return MovementExtras(remote=remote_of(options), failure_remote=failure_remote)
 
 
-class _EngineContext(InvocationContext):
-    """The SDK's Context with ``recovery_error.attempt_progress``."""
+DecodedAttributes: TypeAlias = dict[str, tuple[bytes, object, object]]
+"""Physical name -> (the stored bytes it was decoded from, the value type, the value)."""
 
-    def __init__(self, *args: Any, attempt_progress: StepAttemptProgress, **kwargs: Any) -> None:
+
+class AttributeValues:
+    """What a handler run in the host sees of the run's Attributes.
+
+    ``stored`` is the snapshot of serialized values taken when its request was
+    built; a value is parsed only when the handler reads it. Values of deeply
+    immutable types (frozen dataclasses of str, int, tuples and the like) are
+    kept in ``decoded``, the run's cache shared by its Steps and RPCs, so a
+    value written once and read by every later Step (a session's messages)
+    decodes once. A cached entry is valid while the stored bytes are the same
+    object: every write replaces them.
+    """
+
+    __slots__ = ("decoded", "stored")
+
+    def __init__(self, stored: dict[str, bytes], decoded: DecodedAttributes) -> None:
+        self.stored = stored
+        self.decoded = decoded
+
+
+class _ParsedValues(Mapping[str, pb.Value]):
+    """``stored`` as the SDK's ``{name: pb.Value}``, each parsed on first read."""
+
+    __slots__ = ("_parsed", "_stored")
+
+    def __init__(self, stored: dict[str, bytes]) -> None:
+        self._stored = stored
+        self._parsed: dict[str, pb.Value] = {}
+
+    def __getitem__(self, key: str) -> pb.Value:
+        value = self._parsed.get(key)
+        if value is None:
+            value = self._parsed[key] = pb.Value.FromString(self._stored[key])
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._stored
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stored)
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+
+class _EngineContext(InvocationContext):
+    """The SDK's Context with ``recovery_error.attempt_progress``, and, given
+    ``attribute_values``, Attributes parsed and decoded as they are read."""
+
+    def __init__(
+        self,
+        *args: Any,
+        attempt_progress: StepAttemptProgress,
+        attribute_values: AttributeValues | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._attempt_progress = attempt_progress
+        self._view = attribute_values
+        if attribute_values is not None:
+            # The SDK only reads this mapping (``get``, ``in``, iteration).
+            self._attributes = cast(dict[str, pb.Value], _ParsedValues(attribute_values.stored))
+
+    def _get_attribute(
+        self, definition: Attribute[Any] | AttributeMap[Any], instance: str | None
+    ) -> Any:
+        view = self._view
+        if view is None or not deeply_immutable(definition.value_type):
+            return super()._get_attribute(definition, instance)
+        self._require_registered(definition)
+        self._require_attribute_map_instance_loaded(definition, instance)
+        key = self._physical_name(definition, instance)
+        stored = view.stored.get(key)
+        if stored is None or key in self.attribute_writes:
+            return super()._get_attribute(definition, instance)
+        hit = view.decoded.get(key)
+        if hit is not None and hit[0] is stored and hit[1] is definition.value_type:
+            return hit[2]
+        value = super()._get_attribute(definition, instance)
+        view.decoded[key] = (stored, definition.value_type, value)
+        return value
 
     @staticmethod
     def _physical_name(definition: Any, instance: str | None) -> str:
@@ -284,6 +385,7 @@ async def invoke_step(
     attempt_progress: StepAttemptProgress,
     is_active: Callable[[], bool],
     sink: FrameSink,
+    attribute_values: AttributeValues | None = None,
 ) -> StepResult:
     """Run one ``wait_for`` or ``execute`` attempt and map its result.
 
@@ -317,6 +419,7 @@ async def invoke_step(
         is_active=is_active,
         output_emitter=emitter,
         attempt_progress=attempt_progress,
+        attribute_values=attribute_values,
     )
     step_input = mapper.values.decode(request.step_input, step.input_codec)
     failure: BaseException | None = None
@@ -448,10 +551,11 @@ async def invoke_rpc(
     mapper: FlowMapper,
     flow: _RegisteredFlow,
     request: pb.InvokeWorkerRPCRequest,
+    attribute_values: AttributeValues | None = None,
 ) -> RpcOutcome:
     """Run one RPC handler and map its result (writes, output, next Steps)."""
     rpc = flow.rpc(request.rpc_name)
-    context = InvocationContext(
+    context = _EngineContext(
         InvocationMethod.RPC,
         flow,
         request.context,
@@ -462,6 +566,8 @@ async def invoke_rpc(
         loaded_attribute_map_instances=request.loaded_attribute_map_instances,
         loaded_channel_names=request.loaded_channel_names,
         loaded_channel_map_instances=request.loaded_channel_map_instances,
+        attempt_progress=StepAttemptProgress.UNSPECIFIED,
+        attribute_values=attribute_values,
     )
     arguments: list[object] = [context]
     if rpc.input_codec is not None:

@@ -143,17 +143,20 @@ async def run_rpc(
             driver.flow_id,
         )
     try:
+        attribute_maps = sorted({*rpc.load_attribute_map_instances, *extra_maps})
         request = driver.state.rpc_request(
             rpc_name,
             None if input_value is None else pb.Value.FromString(input_value),
-            sorted({*rpc.load_attribute_map_instances, *extra_maps}),
+            attribute_maps,
             rpc.load_channel_names,
             sorted({*rpc.load_channel_map_instances, *extra_channel_maps}),
         )
+        values = driver.state.attribute_values(attribute_maps)
         timeout = rpc.options.timeout.total_seconds() if rpc.options.timeout else None
         try:
             outcome = await asyncio.wait_for(
-                invoke_rpc(driver.definition.mapper, driver.definition.flow, request), timeout
+                invoke_rpc(driver.definition.mapper, driver.definition.flow, request, values),
+                timeout,
             )
         except Exception as error:  # the handler failed: nothing of it is applied
             detail = f"RPC {rpc_name} failed: {type(error).__name__}: {error}"

@@ -21,7 +21,7 @@ from dex.runtime_errors import ChannelMessageNotFoundError
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import service_error
-from dex_agents_ray.engine._invoke import MovementExtras
+from dex_agents_ray.engine._invoke import AttributeValues, DecodedAttributes, MovementExtras
 from dex_agents_ray.engine._records import (
     ChannelMessageRecord,
     Commit,
@@ -55,6 +55,8 @@ class RunState:
     def __init__(self) -> None:
         self.run: RunRecord | None = None
         self.attributes: dict[str, bytes] = {}
+        self.decoded: DecodedAttributes = {}
+        """Decoded immutable Attribute values, checked against ``attributes`` by identity."""
         self.channels: dict[str, list[ChannelMessageRecord]] = {}
         self.execs: dict[str, ExecRecord] = {}
         """The active executions only (ended ones live in the store), in creation order."""
@@ -126,16 +128,35 @@ class RunState:
             context.last_heartbeat_value.CopyFrom(pb.Value.FromString(e.heartbeat))
         return context
 
-    def attribute_kvs(self, loaded_map_keys: Sequence[str]) -> list[pb.KV]:
-        """Static Attributes, plus the AttributeMap instances the handler loads."""
+    def attribute_snapshot(self, loaded_map_keys: Sequence[str]) -> dict[str, bytes]:
+        """The serialized Attributes a handler sees: static ones, plus the
+        AttributeMap instances it loads."""
+        if not loaded_map_keys:
+            return {k: v for k, v in self.attributes.items() if "/" not in k}
         whole_maps = tuple(k for k in loaded_map_keys if k.endswith("/"))
         instances = {k for k in loaded_map_keys if not k.endswith("/")}
-        kvs = []
-        for key, value in self.attributes.items():
-            if "/" in key and key not in instances and not key.startswith(whole_maps):
-                continue
-            kvs.append(pb.KV(key=key, value=pb.Value.FromString(value)))
-        return kvs
+        return {
+            k: v
+            for k, v in self.attributes.items()
+            if "/" not in k or k in instances or k.startswith(whole_maps)
+        }
+
+    def attribute_kvs(self, loaded_map_keys: Sequence[str]) -> list[pb.KV]:
+        """The same Attributes as protobuf entries (a request that leaves the process)."""
+        return [
+            pb.KV(key=key, value=pb.Value.FromString(value))
+            for key, value in self.attribute_snapshot(loaded_map_keys).items()
+        ]
+
+    def attribute_values(self, loaded_map_keys: Sequence[str]) -> AttributeValues:
+        """The same Attributes for a handler run in this process: parsed and
+        decoded when it reads them, decoded values shared across its Steps."""
+        decoded = self.decoded
+        if len(decoded) > 2 * len(self.attributes) + 64:
+            self.decoded = decoded = {
+                k: v for k, v in decoded.items() if self.attributes.get(k) is v[0]
+            }
+        return AttributeValues(self.attribute_snapshot(loaded_map_keys), decoded)
 
     def channel_infos(self) -> dict[str, pb.ChannelInfo]:
         return {name: pb.ChannelInfo(size=len(q)) for name, q in self.channels.items()}
@@ -160,7 +181,11 @@ class RunState:
                 )
         return loaded
 
-    def execute_request(self, e: ExecRecord, attempt: int) -> pb.InvokeExecuteMethodRequest:
+    def execute_request(
+        self, e: ExecRecord, attempt: int, *, attributes: bool = True
+    ) -> pb.InvokeExecuteMethodRequest:
+        """The request of one ``execute`` attempt; ``attributes=False`` leaves the
+        Attributes out (a local attempt takes them from ``attribute_values``)."""
         assert self.run is not None
         options = pb.StepOptions.FromString(e.options)
         request = pb.InvokeExecuteMethodRequest(
@@ -168,7 +193,11 @@ class RunState:
             flow_type=self.run.flow_type,
             step_type=e.step_type,
             step_input=pb.Value.FromString(e.input),
-            attributes=self.attribute_kvs(options.execute_load_attribute_map_instances),
+            attributes=(
+                self.attribute_kvs(options.execute_load_attribute_map_instances)
+                if attributes
+                else ()
+            ),
             step_exe_locals=[
                 pb.KV(key=k, value=pb.Value.FromString(v)) for k, v in e.locals.items()
             ],
@@ -186,7 +215,10 @@ class RunState:
             request.condition_results.wait_for_failed = True
         return request
 
-    def wait_for_request(self, e: ExecRecord, attempt: int) -> pb.InvokeWaitForMethodRequest:
+    def wait_for_request(
+        self, e: ExecRecord, attempt: int, *, attributes: bool = True
+    ) -> pb.InvokeWaitForMethodRequest:
+        """The request of one ``wait_for`` attempt (``attributes`` as for ``execute_request``)."""
         assert self.run is not None
         options = pb.StepOptions.FromString(e.options)
         context = self.context(e, attempt)
@@ -197,7 +229,11 @@ class RunState:
             flow_type=self.run.flow_type,
             step_type=e.step_type,
             step_input=pb.Value.FromString(e.input),
-            attributes=self.attribute_kvs(options.wait_for_load_attribute_map_instances),
+            attributes=(
+                self.attribute_kvs(options.wait_for_load_attribute_map_instances)
+                if attributes
+                else ()
+            ),
             channel_infos=self.channel_infos(),
             loaded_channel_messages=self.loaded_messages(
                 options.wait_for_load_channel_names, options.wait_for_load_channel_map_instances
@@ -224,7 +260,6 @@ class RunState:
             ),
             flow_type=self.run.flow_type,
             rpc_name=rpc_name,
-            attributes=self.attribute_kvs(attribute_maps),
             channel_infos=self.channel_infos(),
             loaded_channel_messages=self.loaded_messages(channel_names, channel_maps),
             loaded_attribute_map_instances=attribute_maps,

@@ -183,6 +183,10 @@ from dex_agents_ray.session._values import (
     TurnSessionSettings,
 )
 
+# The graph is data about the session Flow; its module (the spec's
+# ``dex_agents.session_graph``) imports nothing from the session.
+from dex_agents_ray.session_graph import session_flow_definition_document
+
 __all__ = [
     "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
     "AGENT_EVENTS_STREAM_NAME",
@@ -333,4 +337,5 @@ __all__ = [
     "ModelSpendLimit",
     "ModelSpendRequest",
     "RaySpendLimit",
+    "session_flow_definition_document",
 ]

@@ -123,7 +123,10 @@ def ray_namespace() -> Iterator[str]:
     namespace = f"media-tests-{uuid.uuid4().hex[:12]}"
     started = False
     if not ray.is_initialized():
+        # address="local": always a new cluster of our own, never another
+        # test run's or a `ray start` head that happens to run on this machine.
         ray.init(
+            address="local",
             num_cpus=2,
             include_dashboard=False,
             namespace=namespace,

@@ -1,0 +1,12 @@
+"""Ready agents: importable Flows for jobs, notebooks, the CLI and batch evaluation.
+
+- ``actors.support:flow`` — a support desk: read tools, a refund that asks for
+  approval and runs at most once, and ``ask_user`` when an order is not named.
+- ``actors.research:flow`` — a research agent over MCP servers
+  (``mcp-server-time`` from PyPI by default; ``research_flow(servers)`` for others).
+- ``actors.grader:flow`` — an LLM judge: scores an answer against what was
+  expected and replies with JSON (``parse_grade``).
+
+Each runs on a scripted model unless a model is named (``actors._models``:
+``DEX_AGENTS_MODEL`` or the session setting ``model``).
+"""

@@ -1,0 +1,147 @@
+"""The connection flags of every subcommand that talks to a running engine (``serve``,
+and later ``eval`` and ``sessions``): one parser, one set of flags, one doc
+(docs/cli.md).
+
+    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else a local Ray)
+    --namespace NAME      the engine's Ray namespace (default: dex-agents-ray)
+    --store STORE         SQLite file or postgresql:// URI (default: ./.dex-agents-ray/engine.db)
+    --agent MODULE:ATTR   a session Flow to operate (repeatable)
+
+``MODULE:ATTR`` names an ``AgentSessionFlow``, a list or tuple of them, or a
+callable without arguments that returns either. The module is imported with the
+current directory on ``sys.path`` (as ``uvicorn`` does), and Ray workers must be
+able to import it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dex_agents_ray.session import AgentSessionFlow
+
+if TYPE_CHECKING:
+    from dex_agents_ray.engine import FlowEngine
+
+DEFAULT_NAMESPACE = "dex-agents-ray"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectionOptions:
+    """Where the engine runs and which session Flows to operate."""
+
+    address: str | None
+    """The Ray address; ``None``: ``$RAY_ADDRESS``, else a local Ray."""
+    namespace: str
+    """The engine's Ray namespace."""
+    store: str | None
+    """The store; ``None``: the engine's default (``./.dex-agents-ray/engine.db``)."""
+    agents: tuple[str, ...]
+    """The ``module:attr`` names given with ``--agent``."""
+
+
+def connection_parser(*, agents_required: bool = True) -> argparse.ArgumentParser:
+    """The connection flags, as a parent parser (``parents=[connection_parser()]``)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("engine connection")
+    group.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address (default: $RAY_ADDRESS, else start a local Ray)",
+    )
+    group.add_argument(
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"the engine's Ray namespace (default: {DEFAULT_NAMESPACE})",
+    )
+    group.add_argument(
+        "--store",
+        default=None,
+        help="SQLite file or postgresql:// URI of the runs (default: ./.dex-agents-ray/engine.db)",
+    )
+    group.add_argument(
+        "--agent",
+        dest="agents",
+        action="append",
+        default=[],
+        required=agents_required,
+        metavar="MODULE:ATTR",
+        help="a session Flow to operate: an AgentSessionFlow, a list of them, or a "
+        "function returning either (repeatable)",
+    )
+    return parser
+
+
+def connection_options(args: argparse.Namespace) -> ConnectionOptions:
+    """The options parsed by :func:`connection_parser`."""
+    return ConnectionOptions(
+        address=args.address,
+        namespace=args.namespace,
+        store=args.store,
+        agents=tuple(args.agents),
+    )
+
+
+def load_agents(specs: Sequence[str]) -> list[AgentSessionFlow]:
+    """The session Flows named by ``--agent`` values, in order, one per Flow type.
+
+    Raises:
+        ValueError: A value is not ``module:attr``, names nothing, names something
+            that is not a session Flow, or two name the same Flow type.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    flows: list[AgentSessionFlow] = []
+    seen: set[str] = set()
+    for spec in specs:
+        for flow in _load_one(spec):
+            flow_type = flow.get_flow_type()
+            if flow_type in seen:
+                raise ValueError(f"--agent {spec}: Flow type {flow_type!r} is given twice")
+            seen.add(flow_type)
+            flows.append(flow)
+    if not flows:
+        raise ValueError("give at least one --agent MODULE:ATTR")
+    return flows
+
+
+def _load_one(spec: str) -> list[AgentSessionFlow]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--agent {spec!r}: expected MODULE:ATTR, such as myapp.agents:flow")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--agent {spec}: cannot import {module_name!r}: {error}") from error
+    value: Any = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"--agent {spec}: {module_name!r} has no attribute {attr!r}")
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, AgentSessionFlow):
+        value = value()
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if not isinstance(item, AgentSessionFlow):
+            raise ValueError(
+                f"--agent {spec}: expected an AgentSessionFlow, got {type(item).__name__}"
+            )
+    return items
+
+
+async def start_engine(options: ConnectionOptions, flows: Sequence[AgentSessionFlow]) -> FlowEngine:
+    """Join (or start) Ray and open the engine's store with ``flows`` registered."""
+    from dex_agents_ray.engine import FlowEngine
+
+    return await FlowEngine.start(
+        list(flows),
+        store=options.store,
+        namespace=options.namespace,
+        ray_address=options.address,
+    )

@@ -103,6 +103,7 @@ async def main(store: str, state_dir: str) -> None:
 
     port = _free_port()
     ray.init(
+        address="local",  # a cluster of its own, never one already running
         num_cpus=2,
         include_dashboard=False,
         _metrics_export_port=port,

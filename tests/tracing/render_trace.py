@@ -33,7 +33,13 @@ async def _until(probe, timeout: float = 60):  # type: ignore[no-untyped-def]
 
 async def main(scratch: str) -> None:
     namespace = "render-trace"
-    ray.init(num_cpus=2, include_dashboard=False, namespace=namespace, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        namespace=namespace,
+        log_to_driver=False,
+    )
     sink = start_sink(namespace)
     flow = build_flow(namespace, scratch)
     engine = await FlowEngine.start(

@@ -30,6 +30,7 @@ from dex_agents_ray.engine._attempts import (
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._invoke import StepResult
+from dex_agents_ray.engine._metrics import record_step
 from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
 from dex_agents_ray.engine._pool import ExecutorPool
 from dex_agents_ray.engine._records import (
@@ -484,6 +485,7 @@ class RunDriver(AttemptRunner):
             lambda v: values.decode(v, values.codec(str)),
         )
         await self.commit(tx)
+        record_step(exec_id, "completed")
 
     async def _execute_failed(
         self,
@@ -521,6 +523,7 @@ class RunDriver(AttemptRunner):
             tx.update(evolve(failed, status=ExecStatus.FAILED, ended_at=tx.now))
             self._route_failure(tx, failed, options, outcome)
         await self.commit(tx)
+        record_step(exec_id, "failed" if delay is None else "retrying")
 
     def _route_failure(
         self, tx: Tx, failed: ExecRecord, options: pb.StepOptions, outcome: AttemptOutcome

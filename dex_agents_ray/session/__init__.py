@@ -144,6 +144,10 @@ from dex_agents_ray.session._spend import (
     RaySpendLimit,
 )
 from dex_agents_ray.session._steps_tools import idempotency_key
+from dex_agents_ray.session._tracing_options import (
+    AgentTracingOptions,
+    GenAISemanticConventionsVersion,
+)
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentInterruptResolution,
@@ -237,6 +241,7 @@ __all__ = [
     "AgentStatus",
     "AgentToolCall",
     "AgentToolCallStatus",
+    "AgentTracingOptions",
     "AgentTurnContext",
     "AgentTurnOutcome",
     "AgentUsage",
@@ -250,6 +255,7 @@ __all__ = [
     "DeferredToolExecution",
     "DeferredToolOutcome",
     "FrameworkMessage",
+    "GenAISemanticConventionsVersion",
     "ImageUserMessageBuilder",
     "InteractionMode",
     "InterruptKind",

@@ -57,6 +57,7 @@ from dex_agents_ray.session._schema import (
     SessionConfig,
     previous_checkpoint,
 )
+from dex_agents_ray.session._tracing import tool_step
 from dex_agents_ray.session._values import (
     AgentToolCall,
     AgentToolCallStatus,
@@ -247,6 +248,7 @@ class _ToolStep(Step[str]):
 class CallTool(_ToolStep):
     """Runs one ``read`` or ``idempotent_write`` call: 3 attempts, then ``RecordToolFailure``."""
 
+    @tool_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         return await _run_tool(self, context, input)
 
@@ -255,6 +257,7 @@ class CallSingleAttemptTool(_ToolStep):
     """Runs one ``non_idempotent_write`` or ``unclassified`` call: 1 attempt, then
     ``RecordToolOutcomeUnknown``."""
 
+    @tool_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         return await _run_tool(self, context, input)
 
@@ -269,6 +272,7 @@ class PollToolTask(_ToolStep):
         seconds = 0 if record.task_answer_pending else (record.task_poll_interval_seconds or 1)
         return Wait.until(Timer.by_duration(timedelta(seconds=seconds)))
 
+    @tool_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         config = self.config
         record = load_record(context, input)

@@ -15,9 +15,10 @@ installed. That fit is unverified until the SDK can be installed; see
 Errors::
 
     ValueError
-    └── ConnectorManifestError   a manifest or an entry breaks a rule (at connector_tool)
+    ├── ConnectorManifestError      a manifest or an entry breaks a rule (at connector_tool)
+    └── MalformedFenceMarkerError   a value has the fence key but is no readable marker
     Exception
-    └── RetryError               a connector asks to run again later (a Step failure)
+    └── RetryError                  a connector asks to run again later (a Step failure)
 
 A call records ``failed`` through ``ToolExecutionError`` and ``outcome_unknown``
 through ``ToolOutcomeUnknownError``, the session's own control-flow errors.

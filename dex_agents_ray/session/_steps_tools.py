@@ -114,8 +114,17 @@ def _finish_result(
         raise TypeError("ToolExecutionResult.output must be a str")
     images = tuple(result.images)
     validate_image_references(images)
+    cut = result.truncated_output_bytes
+    if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int) or cut < 0):
+        raise TypeError("ToolExecutionResult.truncated_output_bytes must be an int or None")
     finish_record(
-        context, config, record, AgentToolCallStatus.SUCCEEDED, output=result.output, images=images
+        context,
+        config,
+        record,
+        AgentToolCallStatus.SUCCEEDED,
+        output=result.output,
+        images=images,
+        truncated_output_bytes=cut,
     )
 
 

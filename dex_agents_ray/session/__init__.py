@@ -144,6 +144,7 @@ from dex_agents_ray.session._spend import (
     RaySpendLimit,
 )
 from dex_agents_ray.session._steps_tools import idempotency_key
+from dex_agents_ray.session._sync_client import SyncAgentSessionClient
 from dex_agents_ray.session._tracing_options import (
     AgentTracingOptions,
     GenAISemanticConventionsVersion,
@@ -270,6 +271,7 @@ __all__ = [
     "QueuedUserMessage",
     "ResolveInterruptRequest",
     "RunModelLimit",
+    "SyncAgentSessionClient",
     "TodoStatus",
     "ToolCallCancellation",
     "ToolCallCompleted",

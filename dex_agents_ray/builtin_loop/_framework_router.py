@@ -21,11 +21,7 @@ from dex_agents_ray.builtin_loop._tool_source import (
     ToolSourceRouter,
     _parse_reference,
 )
-from dex_agents_ray.session._runner import (
-    AgentTurnContext,
-    DeferredToolCall,
-    describe_tool_call_outcome,
-)
+from dex_agents_ray.session import AgentTurnContext, DeferredToolCall, describe_tool_call_outcome
 
 __all__ = ["SOURCE_TOOL_NOT_OFFERED_RESULT", "FrameworkToolSourceRouter"]
 

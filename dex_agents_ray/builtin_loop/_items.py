@@ -24,7 +24,7 @@ from dex_agents_ray.builtin_loop._model import (
     UserTextItem,
 )
 from dex_agents_ray.media import AgentImageReference
-from dex_agents_ray.session._values import FrameworkMessage, MessageRole
+from dex_agents_ray.session import FrameworkMessage, MessageRole
 
 __all__ = [
     "decode_item",

@@ -21,7 +21,8 @@ from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from dex_agents_ray.builtin_loop._model import ModelToolDefinition
-from dex_agents_ray.session._runner import (
+from dex_agents_ray.session import (
+    AgentToolCall,
     AgentTurnContext,
     DeferredToolCall,
     DeferredToolExecution,
@@ -31,7 +32,6 @@ from dex_agents_ray.session._runner import (
     ToolTaskPoll,
     ToolTaskPollOutcome,
 )
-from dex_agents_ray.session._values import AgentToolCall
 
 __all__ = [
     "DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT",

@@ -25,7 +25,7 @@ from typing import Any
 
 from dex.runtime_errors import LongPollTimeoutError
 
-from dex_agents_ray.engine._errors import InvalidStreamTokenError
+from dex_agents_ray.engine import InvalidStreamTokenError
 from dex_agents_ray.session import (
     AgentEvent,
     AgentEventType,

@@ -4,7 +4,8 @@ This package holds the model-call layer (the :class:`ModelClient` protocol,
 the provider-neutral :class:`ModelRequest` and provider-exact
 :class:`ModelResponse`, and :class:`ScriptedModelClient`, a deterministic
 model for demos and tests), function tools (:func:`function_tool`), and tool
-sources (:class:`ToolSource`). ``dex_agents_ray.litellm`` provides a client
+sources (:class:`ToolSource`, and :class:`FrameworkToolSourceRouter` for
+framework adapters). ``dex_agents_ray.litellm`` provides a client
 for real providers.
 """
 
@@ -25,6 +26,10 @@ from dex_agents_ray.builtin_loop._definition import (
 from dex_agents_ray.builtin_loop._flow import (
     builtin_agent_session_flow,
     builtin_agent_session_options,
+)
+from dex_agents_ray.builtin_loop._framework_router import (
+    SOURCE_TOOL_NOT_OFFERED_RESULT,
+    FrameworkToolSourceRouter,
 )
 from dex_agents_ray.builtin_loop._function_tool import (
     FunctionTool,
@@ -70,7 +75,9 @@ from dex_agents_ray.builtin_loop._tool_source import (
     DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT,
     ListedTool,
     SourceTool,
+    SourceToolListing,
     ToolSource,
+    ToolSourceRouter,
 )
 
 __all__ = [
@@ -79,11 +86,13 @@ __all__ = [
     "ESTIMATED_IMAGE_INPUT_TOKENS",
     "MAX_CONSECUTIVE_TURN_CONTINUATIONS",
     "SCRIPTED_PROVIDER",
+    "SOURCE_TOOL_NOT_OFFERED_RESULT",
     "TURN_CONTINUATION_LIMIT_ERROR",
     "AgentDefinition",
     "BuiltinLoopAgentRunner",
     "ContinueTurn",
     "ForcedToolChoiceSupport",
+    "FrameworkToolSourceRouter",
     "FunctionTool",
     "FunctionToolResult",
     "InstructionContext",
@@ -113,10 +122,12 @@ __all__ = [
     "ScriptedResponder",
     "ScriptedToolCall",
     "SourceTool",
+    "SourceToolListing",
     "ToolCallContext",
     "ToolChoice",
     "ToolResultItem",
     "ToolSource",
+    "ToolSourceRouter",
     "TurnContinuation",
     "TurnContinuationContext",
     "TurnContinuationDecider",

@@ -26,9 +26,15 @@ from dex_agents_ray.builtin_loop._tool_source import (
     ToolSource,
     ToolSourceRouter,
 )
-from dex_agents_ray.session._api import DEFAULT_EVENT_STREAM_CAPACITY_BYTES, CompactionPolicy
-from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
-from dex_agents_ray.session._values import AgentPlan, InteractionMode
+from dex_agents_ray.session import (
+    DEFAULT_EVENT_STREAM_CAPACITY_BYTES,
+    AgentPlan,
+    BuiltInTool,
+    CompactionPolicy,
+    InteractionMode,
+    ToolEffect,
+    ToolPolicy,
+)
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS_PER_TURN",

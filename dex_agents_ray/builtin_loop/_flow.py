@@ -5,8 +5,7 @@ from __future__ import annotations
 from dex_agents_ray.builtin_loop._definition import AgentDefinition
 from dex_agents_ray.builtin_loop._runner import BuiltinLoopAgentRunner
 from dex_agents_ray.media import MediaStore
-from dex_agents_ray.session._api import AgentSessionOptions
-from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session import AgentSessionFlow, AgentSessionOptions
 
 __all__ = ["builtin_agent_session_flow", "builtin_agent_session_options"]
 

@@ -25,9 +25,14 @@ from dex_agents_ray.builtin_loop._model import JsonValue, ModelToolDefinition
 from dex_agents_ray.builtin_loop._schema import decode_value, schema_for_hint
 from dex_agents_ray.builtin_loop._validation import SchemaViolation, validate_json_value
 from dex_agents_ray.media import AgentImageReference, MediaStore
-from dex_agents_ray.session._policy import ToolEffect, ToolExecutionError, ToolPolicy
-from dex_agents_ray.session._runner import AgentEventWriter, ToolCallStepOptions
-from dex_agents_ray.session._values import QuestionAnswer
+from dex_agents_ray.session import (
+    AgentEventWriter,
+    QuestionAnswer,
+    ToolCallStepOptions,
+    ToolEffect,
+    ToolExecutionError,
+    ToolPolicy,
+)
 
 __all__ = [
     "FunctionTool",

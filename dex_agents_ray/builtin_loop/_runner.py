@@ -55,45 +55,39 @@ from dex_agents_ray.media import (
     load_images,
     validate_image_references,
 )
-from dex_agents_ray.session._builtin_tools import built_in_tool_definitions
-from dex_agents_ray.session._compaction import (
+from dex_agents_ray.session import (
     CONTEXT_SUMMARY_INSTRUCTIONS,
     CONTEXT_SUMMARY_NOTE_HEADER,
-    ContextSummaryRequest,
-    ContextSummaryResult,
-    build_context_summary_prompt,
-    estimate_text_tokens,
-)
-from dex_agents_ray.session._policy import (
-    BuiltInTool,
-    ToolEffect,
-    ToolExecutionError,
-    ToolPolicy,
-)
-from dex_agents_ray.session._runner import (
+    AgentMessage,
+    AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
+    AgentUsage,
+    BuiltInTool,
+    ContextSummaryRequest,
+    ContextSummaryResult,
     DeferredToolCall,
     DeferredToolExecution,
     DeferredToolOutcome,
+    FrameworkMessage,
+    InteractionMode,
+    PlanStatus,
     ToolCallsRequested,
     ToolCallStepOptions,
+    ToolEffect,
+    ToolExecutionError,
     ToolExecutionResult,
     ToolInputRequested,
+    ToolPolicy,
     ToolTaskCancellation,
     ToolTaskPoll,
     ToolTaskPollOutcome,
     TurnCompleted,
     TurnContinued,
+    build_context_summary_prompt,
     build_plan_note,
-)
-from dex_agents_ray.session._values import (
-    AgentMessage,
-    AgentToolCall,
-    AgentUsage,
-    FrameworkMessage,
-    InteractionMode,
-    PlanStatus,
+    built_in_tool_definitions,
+    estimate_text_tokens,
 )
 
 __all__ = ["BuiltinLoopAgentRunner"]

@@ -21,7 +21,8 @@ from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from dex_agents_ray.builtin_loop._model import ModelToolDefinition
-from dex_agents_ray.session._runner import (
+from dex_agents_ray.session import (
+    AgentToolCall,
     AgentTurnContext,
     DeferredToolCall,
     DeferredToolExecution,
@@ -31,7 +32,6 @@ from dex_agents_ray.session._runner import (
     ToolTaskPoll,
     ToolTaskPollOutcome,
 )
-from dex_agents_ray.session._values import AgentToolCall
 
 __all__ = [
     "DEFAULT_TOOL_SOURCE_LISTING_TIMEOUT",
@@ -166,6 +166,10 @@ class SourceToolListing:
 
     tools: tuple[tuple[ToolSource, ListedTool], ...] = ()
     """Each offered tool with its source, in offer order."""
+    replay_only_tools: tuple[tuple[ToolSource, ListedTool], ...] = ()
+    """Source tools the turn already called that the live listing lacks (from
+    ``FrameworkToolSourceRouter``): a framework may replay their recorded calls, and
+    answers a new call with ``SOURCE_TOOL_NOT_OFFERED_RESULT``; empty for none."""
 
     def find(self, name: str) -> tuple[ToolSource, ListedTool] | None:
         """The source and definition of the offered tool ``name``, or ``None``."""
@@ -173,6 +177,10 @@ class SourceToolListing:
             if tool.name == name:
                 return source, tool
         return None
+
+    def is_replay_only(self, name: str) -> bool:
+        """Whether ``name`` is a replay-only tool of this listing."""
+        return any(tool.name == name for _, tool in self.replay_only_tools)
 
     def definitions(self) -> list[ModelToolDefinition]:
         """The offered tools as model tool definitions."""

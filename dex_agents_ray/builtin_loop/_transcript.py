@@ -19,12 +19,12 @@ from dex_agents_ray.builtin_loop._model import (
     ToolResultItem,
     UserTextItem,
 )
+from dex_agents_ray.session import AgentMessage, MessageRole
 from dex_agents_ray.session._runner import (
     OUTCOME_UNKNOWN_TEXT,
     AgentTurnContext,
     describe_tool_call_outcome,
 )
-from dex_agents_ray.session._values import AgentMessage, MessageRole
 
 __all__ = ["Transcript", "build_transcript", "without_images"]
 

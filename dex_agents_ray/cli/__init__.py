@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     from dex_agents_ray.cli._serve import add_serve_parser
 
     add_serve_parser(sub)
+    from dex_agents_ray.cli._sessions import add_sessions_parser
+
+    add_sessions_parser(sub)
     from dex_agents_ray.cli._eval import add_eval_parser
 
     add_eval_parser(sub)
@@ -45,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         from dex_agents_ray.cli._eval import run_eval_command
 
         return run_eval_command(args.rest)
+    if args.command == "sessions":
+        from dex_agents_ray.cli._sessions import run_sessions
+
+        return run_sessions(args)
     if args.command == "serve":
         from dex_agents_ray.cli._serve import run_serve
 

@@ -137,8 +137,22 @@ def _load_one(spec: str) -> list[AgentSessionFlow]:
 
 async def start_engine(options: ConnectionOptions, flows: Sequence[AgentSessionFlow]) -> FlowEngine:
     """Join (or start) Ray and open the engine's store with ``flows`` registered."""
+    import logging
+
+    import ray
+
     from dex_agents_ray.engine import FlowEngine
 
+    address = options.address or os.environ.get("RAY_ADDRESS")
+    if address and not ray.is_initialized():
+        # Joining a running cluster: no connection chatter on the terminal, and the
+        # workers' logs stay in the cluster's log files.
+        ray.init(
+            address=address,
+            namespace=options.namespace,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     return await FlowEngine.start(
         list(flows),
         store=options.store,

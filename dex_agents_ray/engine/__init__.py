@@ -20,6 +20,7 @@ from dex_agents_ray.engine._errors import (
     InvalidStreamTokenError,
     StoreUnavailableError,
 )
+from dex_agents_ray.engine._exit_hooks import on_clean_exit
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     ExecutorPoolOptions,
@@ -63,4 +64,5 @@ __all__ = [
     "StoreConfig",
     "StoreUnavailableError",
     "SyncEngineClient",
+    "on_clean_exit",
 ]

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
@@ -30,6 +29,7 @@ from dex_agents_ray.engine._attempts import (
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._invoke import StepResult
+from dex_agents_ray.engine._metrics import record_step
 from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
 from dex_agents_ray.engine._pool import ExecutorPool
 from dex_agents_ray.engine._records import (
@@ -43,6 +43,7 @@ from dex_agents_ray.engine._records import (
     evolve,
 )
 from dex_agents_ray.engine._retry import next_retry_delay
+from dex_agents_ray.engine._sdk import InvocationMethod
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
 from dex_agents_ray.engine._streams import StreamBuffer
@@ -484,6 +485,7 @@ class RunDriver(AttemptRunner):
             lambda v: values.decode(v, values.codec(str)),
         )
         await self.commit(tx)
+        record_step(exec_id, "completed")
 
     async def _execute_failed(
         self,
@@ -521,6 +523,7 @@ class RunDriver(AttemptRunner):
             tx.update(evolve(failed, status=ExecStatus.FAILED, ended_at=tx.now))
             self._route_failure(tx, failed, options, outcome)
         await self.commit(tx)
+        record_step(exec_id, "failed" if delay is None else "retrying")
 
     def _route_failure(
         self, tx: Tx, failed: ExecRecord, options: pb.StepOptions, outcome: AttemptOutcome

@@ -33,6 +33,7 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
+from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
 from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
 from dex_agents_ray.engine._options import StepAttemptProgress
@@ -416,6 +417,7 @@ class StepExecutor:
         self._watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watcher
+        run_exit_hooks()
 
 
 def _attempt_key(call: tuple[Any, ...]) -> AttemptKey:

@@ -26,7 +26,13 @@ from dex_agents_ray.engine._errors import (
     StoreUnavailableError,
     envelope,
 )
+from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._hosts import HostConfig
+from dex_agents_ray.engine._metrics import (
+    record_run_activated,
+    record_run_passivated,
+    set_resident_runs,
+)
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
 from dex_agents_ray.engine._placement import PlacementMode
 from dex_agents_ray.engine._pool import ExecutorPool
@@ -128,6 +134,8 @@ class FlowHost:
             del self._drivers[flow_id]
             self._streams.forget(flow_id)
             self._passivated += 1
+            record_run_passivated()
+            set_resident_runs(self._actor_id, len(self._drivers))
         await driver.stop()
         if wake_at is not None:
             from dex_agents_ray.engine._hosts import scheduler_handle
@@ -141,6 +149,7 @@ class FlowHost:
 
         self._exiting = True
         await self._store.close()
+        run_exit_hooks()
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     async def wake(self, flow_id: str) -> Envelope:
@@ -197,6 +206,8 @@ class FlowHost:
             driver.load(loaded)
             driver.start()
         self._drivers[flow_id] = driver
+        record_run_activated()
+        set_resident_runs(self._actor_id, len(self._drivers))
         return driver
 
     def _reload_later(self, flow_id: str) -> None:
@@ -434,3 +445,4 @@ class FlowHost:
             await driver.stop()
         self._streams.close()
         await self._store.close()
+        run_exit_hooks()

@@ -45,6 +45,16 @@ class SyncEngineClient:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    @property
+    def async_client(self) -> EngineClient:
+        """The ``EngineClient`` these calls go to."""
+        return self._client
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine that uses :attr:`async_client` on this client's loop and
+        wait for it (a blocking twin of any async helper over the engine client)."""
+        return self._run(coro)
+
     def close(self) -> None:
         """Stop and close the private event loop."""
         if self._loop.is_running():

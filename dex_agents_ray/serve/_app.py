@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field
 
 from dex_agents_ray.engine import EngineClient
 from dex_agents_ray.serve._auth import InspectorAuth, InspectorAuthMiddleware
-from dex_agents_ray.serve._sessions import active_step_types, list_sessions
 from dex_agents_ray.session import AgentSessionClient, AgentSessionFlow
 from dex_agents_ray.session_graph import session_flow_graph_svg
+from dex_agents_ray.session_listing import active_step_types, list_sessions
 from dex_agents_ray.ui_stream import (
     AGENT_EVENT_STREAM_HEADERS,
     InvalidAgentEventResumeTokenError,

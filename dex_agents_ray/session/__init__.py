@@ -144,6 +144,11 @@ from dex_agents_ray.session._spend import (
     RaySpendLimit,
 )
 from dex_agents_ray.session._steps_tools import idempotency_key
+from dex_agents_ray.session._sync_client import SyncAgentSessionClient
+from dex_agents_ray.session._tracing_options import (
+    AgentTracingOptions,
+    GenAISemanticConventionsVersion,
+)
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentInterruptResolution,
@@ -237,6 +242,7 @@ __all__ = [
     "AgentStatus",
     "AgentToolCall",
     "AgentToolCallStatus",
+    "AgentTracingOptions",
     "AgentTurnContext",
     "AgentTurnOutcome",
     "AgentUsage",
@@ -250,6 +256,7 @@ __all__ = [
     "DeferredToolExecution",
     "DeferredToolOutcome",
     "FrameworkMessage",
+    "GenAISemanticConventionsVersion",
     "ImageUserMessageBuilder",
     "InteractionMode",
     "InterruptKind",
@@ -264,6 +271,7 @@ __all__ = [
     "QueuedUserMessage",
     "ResolveInterruptRequest",
     "RunModelLimit",
+    "SyncAgentSessionClient",
     "TodoStatus",
     "ToolCallCancellation",
     "ToolCallCompleted",

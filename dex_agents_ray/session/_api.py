@@ -12,6 +12,7 @@ from typing import Any
 from dex_agents_ray.engine import RayTaskOptions
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
+from dex_agents_ray.session._tracing_options import AgentTracingOptions
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentMessage,
@@ -378,6 +379,9 @@ class AgentSessionOptions:
     loads the model client's library: on the pooled executors of that shape,
     shared by every host (``RemoteExecution.TASK``: a task worker per call). It
     adds two actor calls per model call. ``None``: in the host."""
+    tracing: AgentTracingOptions = field(default_factory=AgentTracingOptions)
+    """OpenTelemetry spans (on by default, with the global tracer provider of each
+    process that runs a Step); see ``AgentTracingOptions``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tool_policies", dict(self.tool_policies))
@@ -423,6 +427,8 @@ class AgentSessionOptions:
             raise TypeError("AgentSessionOptions.spend_limit must be a ModelSpendLimit or None")
         if self.compaction is not None and not isinstance(self.compaction, CompactionPolicy):
             raise TypeError("AgentSessionOptions.compaction must be a CompactionPolicy or None")
+        if not isinstance(self.tracing, AgentTracingOptions):
+            raise TypeError("AgentSessionOptions.tracing must be an AgentTracingOptions")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -317,6 +317,9 @@ class ToolExecutionResult:
     """The model-visible output text."""
     images: Sequence[AgentImageReference] = ()
     """Image references the tool uploaded; empty for none."""
+    truncated_output_bytes: int | None = None
+    """The full size of an output the tool cut (stored as
+    ``AgentToolCall.truncated_output_bytes``); ``None`` when nothing was cut."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,7 @@ from dex_agents_ray.session._schema import (
     SessionConfig,
     previous_checkpoint,
 )
+from dex_agents_ray.session._tracing import tool_step
 from dex_agents_ray.session._values import (
     AgentToolCall,
     AgentToolCallStatus,
@@ -113,8 +114,17 @@ def _finish_result(
         raise TypeError("ToolExecutionResult.output must be a str")
     images = tuple(result.images)
     validate_image_references(images)
+    cut = result.truncated_output_bytes
+    if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int) or cut < 0):
+        raise TypeError("ToolExecutionResult.truncated_output_bytes must be an int or None")
     finish_record(
-        context, config, record, AgentToolCallStatus.SUCCEEDED, output=result.output, images=images
+        context,
+        config,
+        record,
+        AgentToolCallStatus.SUCCEEDED,
+        output=result.output,
+        images=images,
+        truncated_output_bytes=cut,
     )
 
 
@@ -247,6 +257,7 @@ class _ToolStep(Step[str]):
 class CallTool(_ToolStep):
     """Runs one ``read`` or ``idempotent_write`` call: 3 attempts, then ``RecordToolFailure``."""
 
+    @tool_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         return await _run_tool(self, context, input)
 
@@ -255,6 +266,7 @@ class CallSingleAttemptTool(_ToolStep):
     """Runs one ``non_idempotent_write`` or ``unclassified`` call: 1 attempt, then
     ``RecordToolOutcomeUnknown``."""
 
+    @tool_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         return await _run_tool(self, context, input)
 
@@ -269,6 +281,7 @@ class PollToolTask(_ToolStep):
         seconds = 0 if record.task_answer_pending else (record.task_poll_interval_seconds or 1)
         return Wait.until(Timer.by_duration(timedelta(seconds=seconds)))
 
+    @tool_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         config = self.config
         record = load_record(context, input)

@@ -82,6 +82,7 @@ from dex_agents_ray.session._spend import (
     ModelSpendRequest,
 )
 from dex_agents_ray.session._tool_requests import start_queued_write
+from dex_agents_ray.session._tracing import activation_step, model_step, note_model_result
 from dex_agents_ray.session._turns import (
     apply_outcome,
     begin_turn,
@@ -159,6 +160,7 @@ class StartAgentSession(_TurnStep):
             execute_retry=_TURN_RETRY, execute_load_attribute_maps=(AGENT_MESSAGES,)
         )
 
+    @activation_step
     async def execute(self, context: AsyncContext, input: AgentSessionStartInput) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context) or AgentState(status=AgentStatus.WAITING_FOR_USER_MESSAGE)
         AGENT_USAGE.set(context, AGENT_USAGE.get(context) or AgentUsage())
@@ -198,6 +200,7 @@ class AwaitUserMessage(_TurnStep):
             conditions.append(PLAN_EXECUTIONS.for_one(plan_execution_key(plan.revision)))
         return Wait.any_of(*conditions)
 
+    @activation_step
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         state = AGENT_STATE.get(context)
         if list(TURN_CONTROL_REQUESTS.results(context)) or steered(context):
@@ -259,6 +262,7 @@ class RunModel(_TurnStep):
     def get_step_options(self) -> StepOptions | None:
         return _model_step_options(self.config)
 
+    @model_step
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
         config = self.config
         state = AGENT_STATE.get(context)
@@ -288,6 +292,7 @@ class RunModel(_TurnStep):
                 if refused is not None:
                     return fail_turn(context, config, state, refused, turn)
                 outcome = await config.runner.run_model_step(turn)
+                note_model_result(outcome)
                 await _record_spend(config, spend, getattr(outcome, "usage", None))
         finally:
             writer.close()
@@ -305,6 +310,7 @@ class CompactContext(Step[CompactContextInput]):
     def get_step_options(self) -> StepOptions | None:
         return _model_step_options(self.config)
 
+    @model_step
     async def execute(self, context: AsyncContext, input: CompactContextInput) -> StepDecision:  # type: ignore[override]
         config = self.config
         state = AGENT_STATE.get(context)
@@ -348,6 +354,7 @@ class CompactContext(Step[CompactContextInput]):
                     if refused is not None:
                         return fail_turn(context, config, state, refused, turn)
                     result = await runner.summarize_context(request)
+                    note_model_result(result)
                     await _record_spend(config, spend, getattr(result, "usage", None))
             finally:
                 writer.close()
@@ -457,6 +464,7 @@ class ApplyTurnControl(Step[str]):
             execute_lock_attributes=(TURN_CANCELLATION_REQUEST.lock(),),
         )
 
+    @activation_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         config = self.config
         state = AGENT_STATE.get(context)

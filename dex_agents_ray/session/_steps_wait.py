@@ -43,6 +43,7 @@ from dex_agents_ray.session._schema import (
     SessionConfig,
 )
 from dex_agents_ray.session._steps_tools import question_interrupt_id
+from dex_agents_ray.session._tracing import approval_step
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentInterruptResolution,
@@ -214,6 +215,7 @@ class AwaitToolApproval(_WaitStep):
             TOOL_CALL_CANCELLATIONS.for_one(input),
         )
 
+    @approval_step
     async def execute(self, context: AsyncContext, input: str) -> StepDecision:  # type: ignore[override]
         config = self.config
         record = load_record(context, input)

@@ -35,6 +35,7 @@ from dex_agents_ray.session._runner import PLANNING_TURN_CALL_REJECTED, Deferred
 from dex_agents_ray.session._schema import (
     AGENT_PLAN,
     AGENT_TOOL_CALLS,
+    AGENT_TRACE_CONTEXT,
     PENDING_INTERRUPTS,
     SessionConfig,
 )
@@ -124,6 +125,7 @@ def defer_tool_calls(
     todo_calls = sum(1 for call in calls if call.tool_name == BuiltInTool.WRITE_TODOS.value)
     writing = False
     queued = 0
+    trace_context = AGENT_TRACE_CONTEXT.get(context)  # the activation's root (see Tracing)
     for index, call in enumerate(calls):
         built_in = BuiltInTool(call.tool_name) if call.tool_name in enabled else None
         effect = ToolEffect.READ if built_in is not None else call.policy.effect
@@ -141,6 +143,7 @@ def defer_tool_calls(
             runner_tool_state=call.runner_tool_state,
             created_at=now,
             ordered=built_in is None and bool(call.ordered),
+            trace_context=trace_context,
         )
         deferral.emit(
             AgentEventType.TOOL_CALL_DEFERRED,

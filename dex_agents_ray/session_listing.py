@@ -1,4 +1,6 @@
-"""What the inspector's pages show: the sessions list and one session's place in its Flow."""
+"""Finding and listing sessions: who waits for a person, each session's status and
+last activity, and the Steps a session is in. Used by the inspector page
+(``dex-agents-ray serve``) and ``dex-agents-ray sessions``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,16 @@ from typing import Any
 from dex import FlowStatus
 
 from dex_agents_ray.engine import EngineClient, StepHistoryEntry
-from dex_agents_ray.session import AgentSessionFlow, AgentSnapshot
+from dex_agents_ray.session import AgentMessage, AgentSessionFlow, AgentSnapshot
+
+__all__ = [
+    "WAITING_STEP_TYPES",
+    "SessionRow",
+    "active_step_types",
+    "list_sessions",
+    "message_line",
+    "waiting_sessions",
+]
 
 WAITING_STEP_TYPES: Mapping[str, str] = {
     "AwaitToolApproval": "approval",
@@ -27,7 +38,7 @@ _MAX_SESSIONS = 10_000
 
 @dataclass(frozen=True, kw_only=True)
 class SessionRow:
-    """One line of the sessions page."""
+    """One session in a listing."""
 
     session_id: str
     agent: str
@@ -86,7 +97,7 @@ async def list_sessions(
     *,
     waiting_only: bool,
     limit: int,
-    allowed: Callable[[str], Awaitable[bool]],
+    allowed: Callable[[str], Awaitable[bool]] | None = None,
 ) -> list[SessionRow]:
     """The newest ``limit`` sessions of ``flows`` (only those waiting for a person
     with ``waiting_only``), most recently active first."""
@@ -103,7 +114,7 @@ async def list_sessions(
     gate = asyncio.Semaphore(_SNAPSHOT_CONCURRENCY)
 
     async def row(entry: Any, flow: AgentSessionFlow, waits: set[str]) -> SessionRow | None:
-        if not await allowed(entry.flow_id):
+        if allowed is not None and not await allowed(entry.flow_id):
             return None
         async with gate:
             snapshot = await client.invoke_rpc(flow.get_agent_snapshot, entry.flow_id)
@@ -157,3 +168,14 @@ def active_step_types(history: Sequence[StepHistoryEntry]) -> list[str]:
         elif entry.event_type in _ENDED_EVENTS:
             active.pop(entry.step_execution_id, None)
     return sorted(set(active.values()))
+
+
+def message_line(message: AgentMessage, limit: int = 160) -> str:
+    """One message as one line of text: its text, a tool result's output, or the
+    call an assistant message makes (``(calls tool {...})``), at most ``limit``
+    characters, whitespace folded."""
+    if message.role.value == "assistant" and message.tool_name:
+        text = f"(calls {message.tool_name} {message.tool_arguments or ''})".strip()
+    else:
+        text = message.text if message.text is not None else message.tool_output or ""
+    return " ".join(text.split())[:limit]

@@ -2,7 +2,7 @@
 and later ``eval`` and ``sessions``): one parser, one set of flags, one doc
 (docs/cli.md).
 
-    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else a local Ray)
+    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else what ray.init() finds: a running local head or a new local Ray)
     --namespace NAME      the engine's Ray namespace (default: dex-agents-ray)
     --store STORE         SQLite file or postgresql:// URI (default: ./.dex-agents-ray/engine.db)
     --agent MODULE:ATTR   a session Flow to operate (repeatable)
@@ -52,7 +52,8 @@ def connection_parser(*, agents_required: bool = True) -> argparse.ArgumentParse
     group.add_argument(
         "--address",
         default=None,
-        help="Ray cluster address (default: $RAY_ADDRESS, else start a local Ray)",
+        help="Ray cluster address (default: $RAY_ADDRESS, else what ray.init() finds: "
+        "a ray start head on this machine, or a new local Ray)",
     )
     group.add_argument(
         "--namespace",

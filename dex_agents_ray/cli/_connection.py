@@ -2,7 +2,8 @@
 and later ``eval`` and ``sessions``): one parser, one set of flags, one doc
 (docs/cli.md).
 
-    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else what ray.init() finds: a running local head or a new local Ray)
+    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else what ray.init()
+                          finds: a running local head, or a new local Ray)
     --namespace NAME      the engine's Ray namespace (default: dex-agents-ray)
     --store STORE         SQLite file or postgresql:// URI (default: ./.dex-agents-ray/engine.db)
     --agent MODULE:ATTR   a session Flow to operate (repeatable)

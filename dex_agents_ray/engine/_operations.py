@@ -57,8 +57,9 @@ def _reuse_refusal(existing: RunRecord, request: StartRequest) -> str | None:
         if policy is IdReusePolicy.ALLOW_TERMINATE_IF_RUNNING:
             return None
         return f"flow {existing.flow_id!r} is already running (run {existing.run_id})"
-    if policy is IdReusePolicy.DISALLOW:
-        return f"flow ID {existing.flow_id!r} was used before and the policy is DISALLOW"
+    if policy in (IdReusePolicy.DISALLOW, IdReusePolicy.DEFAULT):
+        # DEFAULT is the Dex server's default, which rejects every used Flow ID.
+        return f"flow ID {existing.flow_id!r} was used before and the policy is {policy.name}"
     if (
         policy is IdReusePolicy.ALLOW_IF_PREVIOUS_FAILED
         and existing.status not in _RESTARTABLE_AFTER_FAILURE

@@ -86,10 +86,13 @@ async def test_id_reuse_policies_for_a_closed_flow(engine_factory: Any) -> None:
     client = engine.client
     first = await client.start_flow(flow, "reuse", Job(finish=True))
     await client.wait_for_flow("reuse", timeout=TIMEOUT)
+    with pytest.raises(FlowAlreadyStartedError, match="policy is DEFAULT"):
+        await client.start_flow(flow, "reuse", Job())  # the server default: no reuse
     for policy in (IdReusePolicy.DISALLOW, IdReusePolicy.ALLOW_IF_PREVIOUS_FAILED):
         with pytest.raises(FlowAlreadyStartedError):
             await client.start_flow(flow, "reuse", Job(), StartFlowOptions(id_reuse_policy=policy))
-    second = await client.start_flow(flow, "reuse", Job(finish=True))
+    reuse = StartFlowOptions(id_reuse_policy=IdReusePolicy.ALLOW_IF_NOT_RUNNING)
+    second = await client.start_flow(flow, "reuse", Job(finish=True), reuse)
     assert second != first
     assert (await client.wait_for_flow("reuse", timeout=TIMEOUT)).status is FlowStatus.COMPLETED
     assert (await client.describe_flow("reuse")).run_id == second

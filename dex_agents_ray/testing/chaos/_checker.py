@@ -1,0 +1,171 @@
+"""The invariant checker: DESIGN.md's six invariants and the campaign's own promises.
+
+It reads a :class:`CampaignRecord` only, so a test can hand it a record with a
+deliberately broken transcript, tool record or invocation log and see each
+violation reported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from dex_agents_ray.engine import EXECUTE_COMPLETED_EVENT
+from dex_agents_ray.session import (
+    TOOL_CALL_NOT_RUN_ERROR_PREFIX,
+    AgentEventType,
+    AgentToolCall,
+    InterruptKind,
+    MessageRole,
+)
+from dex_agents_ray.testing.chaos._record import CampaignRecord, SessionRecord, Violation
+
+__all__ = ["check_invariants"]
+
+I1 = "1 at most once"
+I2 = "2 not run"
+I3_MESSAGE = "3 user message"
+I3_RESOLUTION = "3 approval/answer"
+I4_RESULT = "4 one result"
+I4_FINAL = "4 final record changed"
+I5 = "5 one commit per step"
+I6 = "6 comes back"
+STUCK = "stuck"
+CALLER = "caller error"
+
+
+def check_invariants(record: CampaignRecord) -> list[Violation]:
+    """Every violation in ``record``; an empty list when every promise held."""
+    violations = [
+        Violation(invariant=CALLER, session_id=None, detail=e) for e in record.caller_errors
+    ]
+    runs = Counter((i.session_id, i.turn_id, i.tool_call_id) for i in record.invocations)
+    for session in record.sessions.values():
+        violations += _check_session(record, session, runs)
+    return violations
+
+
+def _check_session(
+    record: CampaignRecord, session: SessionRecord, runs: Counter[tuple[str, str, str]]
+) -> list[Violation]:
+    found: list[Violation] = []
+    sid = session.session_id
+
+    def add(invariant: str, detail: str) -> None:
+        found.append(Violation(invariant=invariant, session_id=sid, detail=detail))
+
+    if session.stuck is not None:
+        add(STUCK, session.stuck)
+    elif session.turns_completed < session.turns_expected:
+        add(STUCK, f"{session.turns_completed} of {session.turns_expected} turns completed")
+    if not session.answered_after:
+        add(I6, "did not answer a client call after the campaign")
+    for invariant, detail in _check_calls(record, session, runs):
+        add(invariant, detail)
+    for key, first in session.first_final.items():
+        later = session.tool_calls.get(key, first)
+        if _final_form(first) != _final_form(later):
+            add(I4_FINAL, f"{key[0]}/{key[1]}: {_final_form(first)} became {_final_form(later)}")
+    for invariant, detail in _check_messages(session):
+        add(invariant, detail)
+    for invariant, detail in _check_events(session):
+        add(invariant, detail)
+    completed = Counter(
+        h.step_execution_id for h in session.history if h.event_type == EXECUTE_COMPLETED_EVENT
+    )
+    for exec_id, count in sorted(completed.items()):
+        if count > 1:
+            add(I5, f"{exec_id} committed {count} completions")
+    return found
+
+
+def _final_form(call: AgentToolCall) -> tuple[str, str | None, str | None]:
+    return (str(call.status), call.output, call.error)
+
+
+def _check_calls(
+    record: CampaignRecord, session: SessionRecord, runs: Counter[tuple[str, str, str]]
+) -> Iterator[tuple[str, str]]:
+    """Invariants 1, 2 and 4 for every deferred (or observed) tool call."""
+    effects: dict[tuple[str, str], str] = {
+        key: str(call.effect) for key, call in session.tool_calls.items()
+    }
+    finished: dict[tuple[str, str], list[str]] = {}
+    for event in session.events:
+        key = (event.turn_id or "", str(event.payload.get("tool_call_id")))
+        if event.type is AgentEventType.TOOL_CALL_DEFERRED:
+            effects[key] = str(event.payload.get("effect"))
+        elif event.type is AgentEventType.TOOL_CALL_FINISHED:
+            finished.setdefault(key, []).append(str(event.payload.get("status")))
+    sid = session.session_id
+    ran_keys = {(t, c) for (s, t, c) in runs if s == sid}
+    for key in sorted(effects.keys() | ran_keys):
+        name = f"{key[0]}/{key[1]}"
+        ran = runs[(sid, *key)]
+        if key not in effects:
+            yield I4_RESULT, f"{name} ran {ran} time(s) but was never deferred"
+            continue
+        results = finished.get(key, [])
+        if len(results) != 1:
+            yield I4_RESULT, f"{name} published {len(results)} results {results}"
+        single = effects[key] in record.single_attempt_effects
+        if single and ran > 1:
+            yield I1, f"{name}: a single-attempt tool ran {ran} times"
+        seen = session.first_final.get(key) or session.tool_calls.get(key)
+        not_run = seen is not None and (seen.error or "").startswith(TOOL_CALL_NOT_RUN_ERROR_PREFIX)
+        if single and not_run and ran > 0:
+            yield I2, f"{name}: recorded as never run, but the tool ran {ran} time(s)"
+
+
+def _check_messages(session: SessionRecord) -> Iterator[tuple[str, str]]:
+    stored = Counter(m.text or "" for m in session.messages if m.role is MessageRole.USER)
+    sent = Counter(text for text, _ in session.user_messages)
+    for text, accepted in session.user_messages:
+        count = stored[text]
+        if sent[text] > 1:
+            continue  # the same text sent twice cannot be told apart; scripts use distinct texts
+        if accepted is True and count == 0:
+            yield I3_MESSAGE, f"accepted user message {text!r} was lost"
+        if count > 1:
+            yield I3_MESSAGE, f"user message {text!r} is stored {count} times"
+        if accepted is False and count:
+            yield I3_MESSAGE, f"refused user message {text!r} was stored"
+    for text in stored:
+        if text not in sent:
+            yield I3_MESSAGE, f"user message {text!r} is stored but was never sent"
+    tool_results = Counter(
+        (m.turn_id, m.tool_call_id) for m in session.messages if m.role is MessageRole.TOOL
+    )
+    for (turn_id, call_id), count in sorted(tool_results.items(), key=str):
+        if count > 1:
+            yield I4_RESULT, f"{turn_id}/{call_id} has {count} tool result messages"
+
+
+def _check_events(session: SessionRecord) -> Iterator[tuple[str, str]]:
+    resolved = Counter(
+        (e.turn_id, str(e.payload.get("interrupt_id")))
+        for e in session.events
+        if e.type is AgentEventType.INTERRUPT_RESOLVED
+    )
+    seen: set[tuple[str, str]] = set()
+    for resolution in session.resolutions:
+        key = (resolution.turn_id, resolution.interrupt_id)
+        if resolution.accepted is not True or key in seen:
+            continue
+        seen.add(key)
+        name = f"{key[0]}/{key[1]}"
+        if resolved[key] == 0:
+            yield I3_RESOLUTION, f"accepted {resolution.kind} {name} was never applied"
+        approved = resolution.kind is InterruptKind.APPROVAL and resolution.approved
+        for call in session.tool_calls.values():
+            same = (call.turn_id, call.interrupt_id) == key
+            if (
+                same
+                and approved
+                and str(call.status) == "rejected"
+                and not call.cancellation_reason
+            ):
+                yield I3_RESOLUTION, f"approved {name} ended rejected"
+    for (turn_id, iid), count in sorted(resolved.items()):
+        if count > 1:
+            yield I3_RESOLUTION, f"interrupt {turn_id}/{iid} was resolved {count} times"

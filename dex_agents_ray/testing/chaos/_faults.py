@@ -62,7 +62,8 @@ class FaultInjector:
                 asyncio.to_thread(kill_flow_actor, self.engine, session_id), 30
             )
         except Exception as error:  # a host restarting after an earlier kill
-            return FaultOutcome(name, False, f"{type(error).__name__}: {error}")
+            first = str(error).split(":", 1)[0][:80]
+            return FaultOutcome(name, False, f"{type(error).__name__}: {first}")
         return FaultOutcome(f"{name} (hosting {session_id})", True, f"pid {int(pid)}")
 
     async def _actor(self, names: list[str]) -> FaultOutcome:

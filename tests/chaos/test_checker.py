@@ -27,6 +27,7 @@ from dex_agents_ray.testing.chaos import (
     ToolInvocation,
     Violation,
     check_invariants,
+    repeated_events,
 )
 
 SID = "s-1"
@@ -106,8 +107,8 @@ def clean_record() -> CampaignRecord:
             ),
             _event(AgentEventType.TOOL_CALL_DEFERRED, tool_call_id="l1", effect="read"),
             _event(AgentEventType.INTERRUPT_RESOLVED, interrupt_id="p1"),
-            _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="p1"),
-            _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1"),
+            _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="p1", status="succeeded"),
+            _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1", status="succeeded"),
         ],
         history=[_completed("RunModel-1"), _completed("CallSingleAttemptTool-1")],
         answered_after=True,
@@ -128,6 +129,16 @@ def _invariants(violations: list[Violation]) -> list[str]:
 
 def test_a_clean_record_has_no_violation() -> None:
     assert check_invariants(clean_record()) == []
+
+
+def test_an_event_repeated_by_one_step_execution_is_counted_not_a_violation() -> None:
+    record = clean_record()
+    record.sessions[SID].events.append(
+        _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1", status="succeeded")
+    )
+
+    assert check_invariants(record) == []
+    assert repeated_events(record) == [f"{SID}: tool_call_finished of X-1#1 (turn-1) x2"]
 
 
 def test_a_record_seen_in_flight_is_no_violation() -> None:
@@ -166,7 +177,14 @@ def _not_run_but_ran(record: CampaignRecord) -> None:
 
 
 def _two_results(record: CampaignRecord) -> None:
-    record.sessions[SID].events.append(_event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1"))
+    second = _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1", status="succeeded")
+    record.sessions[SID].events.append(replace(second, step_execution_id="CallTool-9"))
+
+
+def _two_statuses(record: CampaignRecord) -> None:
+    record.sessions[SID].events.append(
+        _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1", status="failed")
+    )
 
 
 def _no_result(record: CampaignRecord) -> None:
@@ -229,6 +247,7 @@ BROKEN = {
     "doubled approval": (_doubled_approval, "3 approval/answer"),
     "approved, then rejected": (_approved_but_rejected, "3 approval/answer"),
     "two results": (_two_results, "4 one result"),
+    "two statuses": (_two_statuses, "4 one result"),
     "no result": (_no_result, "4 one result"),
     "two result messages": (_two_result_messages, "4 one result"),
     "ran, never deferred": (_never_deferred, "4 one result"),

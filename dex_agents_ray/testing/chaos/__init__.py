@@ -15,7 +15,7 @@ from dex_agents_ray.testing.chaos._campaign import (
     ChaosCampaign,
     ChaosReport,
 )
-from dex_agents_ray.testing.chaos._checker import check_invariants
+from dex_agents_ray.testing.chaos._checker import check_invariants, repeated_events
 from dex_agents_ray.testing.chaos._record import (
     CampaignRecord,
     FaultKind,
@@ -38,4 +38,5 @@ __all__ = [
     "ToolInvocation",
     "Violation",
     "check_invariants",
+    "repeated_events",
 ]

@@ -20,7 +20,7 @@ from dex_agents_ray.session import (
     AgentSnapshot,
     InterruptKind,
 )
-from dex_agents_ray.testing.chaos._checker import check_invariants
+from dex_agents_ray.testing.chaos._checker import check_invariants, repeated_events
 from dex_agents_ray.testing.chaos._faults import FaultInjector
 from dex_agents_ray.testing.chaos._record import (
     CampaignRecord,
@@ -63,6 +63,8 @@ class ChaosReport:
     drain_seconds: float
     """From the last fault to the end of the last session's turns."""
     record: CampaignRecord
+    repeated_events: list[str] = field(default_factory=list)
+    """Events one Step execution wrote twice (allowed: Streams are best effort)."""
 
     @property
     def injected(self) -> list[FaultRecord]:
@@ -89,6 +91,8 @@ class ChaosReport:
                 f"  time to the next completed turn after a fault: median {median:.2f} s, "
                 f"max {recover[-1]:.2f} s; drain after the last fault {self.drain_seconds:.1f} s"
             )
+        lines.append(f"  events repeated by one Step execution: {len(self.repeated_events)}")
+        lines += [f"    {r}" for r in self.repeated_events[:20]]
         lines.append(f"  violations: {len(self.violations)}")
         lines += [f"    {v}" for v in self.violations]
         lines.append("  fault log:")
@@ -200,6 +204,7 @@ class ChaosCampaign:
             seconds=end - start,
             drain_seconds=max(0.0, end - start - last),
             record=self._record,
+            repeated_events=repeated_events(self._record),
         )
         return report
 

@@ -4,11 +4,13 @@ snapshot, an event, a log or a ``repr``; a literal one does reach the stored Flo
 
 from __future__ import annotations
 
+import http.server
 import logging
 import pickle
 import secrets
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from ray import cloudpickle
@@ -106,3 +108,48 @@ async def test_a_canary_secret_is_in_no_stored_value_snapshot_event_or_log(
     assert canary not in repr(done) + repr(events) + repr(history)
     assert canary not in repr(tools) + repr(flow)
     assert canary not in caplog.text + str(refused.value) + repr(refused.value.__cause__)
+
+
+class _HeaderRecorder(http.server.BaseHTTPRequestHandler):
+    """Records each request's Authorization header and answers 401 (no MCP here)."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def do_POST(self) -> None:
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_the_environment_secret_is_what_the_server_receives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    canary = secrets.token_hex(16)
+    monkeypatch.setenv(CANARY_ENV, canary)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HeaderRecorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = McpStreamableHttpServerConfig(
+            name="rec",
+            url=f"http://127.0.0.1:{server.server_address[1]}/mcp",
+            headers={"Authorization": EnvironmentSecret(name=CANARY_ENV, template="Bearer {}")},
+        )
+        settings = ConnectionSettings(
+            connection_timeout=5.0, connection_attempts=1, request_timeout=5.0
+        )
+        with pytest.raises(McpConnectionError) as refused:
+            async with open_connection(config, settings):
+                pass
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert _HeaderRecorder.seen and set(_HeaderRecorder.seen) == {f"Bearer {canary}"}
+    assert canary not in str(refused.value)

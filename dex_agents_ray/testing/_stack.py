@@ -126,7 +126,7 @@ class AgentTestStack:
         The spec's ``worker.kill()`` then ``await stack.start_worker()``: Ray
         restarts the host, which resumes the session from the store.
         """
-        return int(kill_flow_actor(self.engine, session_id))
+        return int(await asyncio.to_thread(kill_flow_actor, self.engine, session_id))
 
     async def kill_tool_executors(self) -> list[int]:
         """SIGKILL every executor actor (the processes running remote tool Steps)."""

@@ -28,6 +28,7 @@ from dex_agents_ray.testing.chaos import (
     Violation,
     check_invariants,
     repeated_events,
+    uncommitted_results,
 )
 
 SID = "s-1"
@@ -139,6 +140,27 @@ def test_an_event_repeated_by_one_step_execution_is_counted_not_a_violation() ->
 
     assert check_invariants(record) == []
     assert repeated_events(record) == [f"{SID}: tool_call_finished of X-1#1 (turn-1) x2"]
+
+
+def test_a_result_event_of_a_failed_attempt_is_counted_not_a_violation() -> None:
+    # The attempt wrote "succeeded", then its host died before it committed; the
+    # call was recorded outcome_unknown by another Step.
+    record = clean_record()
+    session = record.sessions[SID]
+    early = _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="p1", status="succeeded")
+    session.events.insert(0, replace(early, step_execution_id="CallSingleAttemptTool-1"))
+
+    assert _invariants(check_invariants(record)) == ["4 one result"]  # nothing says it failed
+
+    failed = replace(
+        _completed("CallSingleAttemptTool-1"), event_type="attempt_failed", detail={"attempt": 1}
+    )
+    session.history.append(failed)
+
+    assert check_invariants(record) == []
+    assert uncommitted_results(record) == [
+        f"{SID}: turn-1/p1 succeeded from failed attempt CallSingleAttemptTool-1#1"
+    ]
 
 
 def test_a_record_seen_in_flight_is_no_violation() -> None:

@@ -15,7 +15,11 @@ from dex_agents_ray.testing.chaos._campaign import (
     ChaosCampaign,
     ChaosReport,
 )
-from dex_agents_ray.testing.chaos._checker import check_invariants, repeated_events
+from dex_agents_ray.testing.chaos._checker import (
+    check_invariants,
+    repeated_events,
+    uncommitted_results,
+)
 from dex_agents_ray.testing.chaos._record import (
     CampaignRecord,
     FaultKind,
@@ -39,4 +43,5 @@ __all__ = [
     "Violation",
     "check_invariants",
     "repeated_events",
+    "uncommitted_results",
 ]

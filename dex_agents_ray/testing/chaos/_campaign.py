@@ -20,7 +20,11 @@ from dex_agents_ray.session import (
     AgentSnapshot,
     InterruptKind,
 )
-from dex_agents_ray.testing.chaos._checker import check_invariants, repeated_events
+from dex_agents_ray.testing.chaos._checker import (
+    check_invariants,
+    repeated_events,
+    uncommitted_results,
+)
 from dex_agents_ray.testing.chaos._faults import FaultInjector
 from dex_agents_ray.testing.chaos._record import (
     CampaignRecord,
@@ -65,6 +69,8 @@ class ChaosReport:
     record: CampaignRecord
     repeated_events: list[str] = field(default_factory=list)
     """Events one Step execution wrote twice (allowed: Streams are best effort)."""
+    uncommitted_results: list[str] = field(default_factory=list)
+    """Result events of attempts that then failed (allowed: Streams are best effort)."""
 
     @property
     def injected(self) -> list[FaultRecord]:
@@ -91,6 +97,8 @@ class ChaosReport:
                 f"  time to the next completed turn after a fault: median {median:.2f} s, "
                 f"max {recover[-1]:.2f} s; drain after the last fault {self.drain_seconds:.1f} s"
             )
+        lines.append(f"  result events of failed attempts: {len(self.uncommitted_results)}")
+        lines += [f"    {r}" for r in self.uncommitted_results[:20]]
         lines.append(f"  events repeated by one Step execution: {len(self.repeated_events)}")
         lines += [f"    {r}" for r in self.repeated_events[:20]]
         lines.append(f"  violations: {len(self.violations)}")
@@ -205,6 +213,7 @@ class ChaosCampaign:
             drain_seconds=max(0.0, end - start - last),
             record=self._record,
             repeated_events=repeated_events(self._record),
+            uncommitted_results=uncommitted_results(self._record),
         )
         return report
 

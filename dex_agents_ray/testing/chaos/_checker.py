@@ -20,7 +20,7 @@ from dex_agents_ray.session import (
 )
 from dex_agents_ray.testing.chaos._record import CampaignRecord, SessionRecord, Violation
 
-__all__ = ["check_invariants", "repeated_events"]
+__all__ = ["check_invariants", "failed_attempts", "repeated_events", "uncommitted_results"]
 
 I1 = "1 at most once"
 I2 = "2 not run"
@@ -91,11 +91,14 @@ def _check_calls(
         key: str(call.effect) for key, call in session.tool_calls.items()
     }
     finished: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
+    failed = failed_attempts(session)
     for event in session.events:
         key = (event.turn_id or "", str(event.payload.get("tool_call_id")))
         if event.type is AgentEventType.TOOL_CALL_DEFERRED:
             effects[key] = str(event.payload.get("effect"))
         elif event.type is AgentEventType.TOOL_CALL_FINISHED:
+            if (event.step_execution_id, event.attempt) in failed:
+                continue  # an attempt that never committed (see uncommitted_results)
             finished.setdefault(key, []).append(
                 (str(event.payload.get("status")), event.step_execution_id, event.attempt)
             )
@@ -109,7 +112,8 @@ def _check_calls(
             continue
         results = finished.get(key, [])
         # Streams are best effort (the spec's words): an attempt whose commit
-        # failed may have written its events already, so one Step execution may
+        # failed may have written its events already. Those of attempts the
+        # history shows failed are left out above; one Step execution may still
         # repeat its result event. Two Step executions, or two statuses, may not.
         if not results or len({(status, execution) for status, execution, _ in results}) > 1:
             shown = [f"{status}@{execution}#{attempt}" for status, execution, attempt in results]
@@ -191,5 +195,33 @@ def repeated_events(record: CampaignRecord) -> list[str]:
             f"{session.session_id}: {kind} of {execution}#{attempt} ({turn}) x{count}"
             for (kind, turn, execution, attempt, _), count in seen.items()
             if count > 1
+        ]
+    return found
+
+
+def failed_attempts(session: SessionRecord) -> set[tuple[str, int]]:
+    """``(step_execution_id, attempt)`` of every attempt the Step history shows failed."""
+    found: set[tuple[str, int]] = set()
+    for entry in session.history:
+        if entry.event_type == "attempt_failed":
+            attempt = entry.final_attempt or entry.detail.get("attempt")
+            if isinstance(attempt, int):
+                found.add((entry.step_execution_id, attempt))
+    return found
+
+
+def uncommitted_results(record: CampaignRecord) -> list[str]:
+    """``tool_call_finished`` events written by attempts that then failed: the
+    stream announced a result the store never committed (allowed, since Streams
+    are best effort, but a UI that trusts events would show it)."""
+    found: list[str] = []
+    for session in record.sessions.values():
+        failed = failed_attempts(session)
+        found += [
+            f"{session.session_id}: {e.turn_id}/{e.payload.get('tool_call_id')} "
+            f"{e.payload.get('status')} from failed attempt {e.step_execution_id}#{e.attempt}"
+            for e in session.events
+            if e.type is AgentEventType.TOOL_CALL_FINISHED
+            and (e.step_execution_id, e.attempt) in failed
         ]
     return found

@@ -31,9 +31,11 @@ from dex_agents_ray.session import (
     AgentSnapshot,
     AgentToolCall,
 )
+from dex_agents_ray.session_listing import message_line
 
 __all__ = ["SessionView", "live_turn"]
 
+_TEXT_LIMIT = 400
 _END_EVENTS = frozenset({"turn_completed", "turn_failed", "turn_steered", "turn_cancelled"})
 
 _STYLE = (
@@ -83,7 +85,8 @@ class SessionView:
     def __repr__(self) -> str:
         lines = [self._header()]
         for message in self.snapshot.messages:
-            lines.append(f"  {message.sequence:>3} {message.role.value:<9} {_text(message)}")
+            text = message_line(message, _TEXT_LIMIT)
+            lines.append(f"  {message.sequence:>3} {message.role.value:<9} {text}")
         for record in self.snapshot.tool_calls:
             lines.append(f"  tool {record.tool_name} [{record.effect.value}] {record.status.value}")
         for interrupt in self.snapshot.pending_interrupts:
@@ -97,7 +100,8 @@ class SessionView:
         parts = [_STYLE, '<div class="dexs">', f"<h4>{e(self._header())}</h4>"]
         if self.snapshot.messages:
             rows = "".join(
-                f'<tr><td class="role">{e(m.role.value)}</td><td>{e(_text(m))}</td></tr>'
+                f'<tr><td class="role">{e(m.role.value)}</td>'
+                f"<td>{e(message_line(m, _TEXT_LIMIT))}</td></tr>"
                 for m in self.snapshot.messages
             )
             parts.append(f"<table>{rows}</table>")
@@ -132,13 +136,6 @@ def _tool_rows(records: Sequence[AgentToolCall]) -> str:
     )
 
 
-def _text(message: Any) -> str:
-    if message.role.value == "assistant" and message.tool_name:
-        return f"(calls {message.tool_name} {message.tool_arguments or ''})".strip()
-    text = message.text if message.text is not None else message.tool_output or ""
-    return " ".join(text.split())[:400]
-
-
 def _interrupt_text(interrupt: AgentInterrupt) -> str:
     if interrupt.kind.value == "question":
         return f"question: {interrupt.question}"
@@ -153,24 +150,33 @@ async def live_turn(
     sessions: AgentSessionClient,
     session_id: str,
     *,
+    send: str | None = None,
     timeout: float = 300.0,
 ) -> SessionView:
-    """Follow the session's events until its turn ends or it waits for a person,
-    updating one displayed ``SessionView`` in place; returns the last view.
+    """Follow the session's turn until it ends or waits for a person, updating one
+    displayed ``SessionView`` in place; returns the last view.
 
-    It starts from the active turn's first event when a turn runs (the
-    browser-stream snapshot token, ``dex_agents_ray.ui_stream``), so a view opened
-    mid-turn shows the whole turn.
+    With ``send``, the message is sent after the view has its place in the event
+    stream, so the turn it starts is followed from its first event. Without it,
+    the view follows the active turn from its first event (the browser-stream
+    snapshot token, ``dex_agents_ray.ui_stream``), or a new session's first turn;
+    for a session that runs nothing it returns at once.
     """
     from dex_agents_ray.ui_stream import read_agent_event_stream_snapshot
 
     opened = await read_agent_event_stream_snapshot(sessions.client, sessions.flow, session_id)
-    token = opened.resume_token
     view = SessionView(opened.snapshot, session_id)
+    token = opened.resume_token
+    state = opened.snapshot.state
+    expecting = send is not None or state is None or state.turn_count == 0
+    if state is None or (state.turn_count == 0 and state.active_turn_id is None):
+        token = ""  # a new session: its first turn from the start of its stream
+    if send is not None and not await sessions.send_user_message(session_id, send):
+        raise ValueError(f"session {session_id!r} did not accept the message")
     shown = _Shown(view)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not _settled(view) and loop.time() < deadline:
+    while not _settled(view, expecting) and loop.time() < deadline:
         try:
             remaining = max(0.1, min(deadline - loop.time(), 5.0))
             message = await sessions.read_event(session_id, token, timeout=remaining)
@@ -189,13 +195,15 @@ async def live_turn(
 _DELTA_EVENTS = frozenset({"text_delta", "reasoning_delta", "usage_recorded"})
 
 
-def _settled(view: SessionView) -> bool:
-    """The turn ended, or it waits for a person (nothing more comes by itself)."""
-    if view.snapshot.pending_interrupts:
-        return True
+def _settled(view: SessionView, expecting: bool) -> bool:
+    """The followed turn ended or waits for a person; or, with nothing expected,
+    no turn runs and none is queued."""
     if view.events and view.events[-1].type.value in _END_EVENTS:
         return True
-    # No turn runs and none is queued to start: nothing will come.
+    if view.snapshot.pending_interrupts and (view.events or not expecting):
+        return True
+    if expecting:
+        return False
     state = view.snapshot.state
     return (
         state is not None

@@ -13,13 +13,14 @@ from typing import Any
 from dex import FlowStatus
 
 from dex_agents_ray.engine import EngineClient, StepHistoryEntry
-from dex_agents_ray.session import AgentSessionFlow, AgentSnapshot
+from dex_agents_ray.session import AgentMessage, AgentSessionFlow, AgentSnapshot
 
 __all__ = [
     "WAITING_STEP_TYPES",
     "SessionRow",
     "active_step_types",
     "list_sessions",
+    "message_line",
     "waiting_sessions",
 ]
 
@@ -167,3 +168,14 @@ def active_step_types(history: Sequence[StepHistoryEntry]) -> list[str]:
         elif entry.event_type in _ENDED_EVENTS:
             active.pop(entry.step_execution_id, None)
     return sorted(set(active.values()))
+
+
+def message_line(message: AgentMessage, limit: int = 160) -> str:
+    """One message as one line of text: its text, a tool result's output, or the
+    call an assistant message makes (``(calls tool {...})``), at most ``limit``
+    characters, whitespace folded."""
+    if message.role.value == "assistant" and message.tool_name:
+        text = f"(calls {message.tool_name} {message.tool_arguments or ''})".strip()
+    else:
+        text = message.text if message.text is not None else message.tool_output or ""
+    return " ".join(text.split())[:limit]

@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "notebook": 3,
     "testing": 3,
     "serve": 4,
+    "evals": 4,
     "cli": 5,
     "__init__": 5,
 }
@@ -86,3 +87,20 @@ def test_no_package_imports_another_packages_private_module() -> None:
     }
     assert found - set(PRIVATE_IMPORTS_ALLOWED) == set()
     assert set(PRIVATE_IMPORTS_ALLOWED) - found == set(), "a stale allowance"
+
+
+def test_only_engine_sdk_imports_the_dex_sdks_private_names() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            parts = node.module.split(".")
+            if parts[0] != "dex":
+                continue
+            private_module = any(part.startswith("_") for part in parts[1:])
+            private_names = [a.name for a in node.names if a.name.startswith("_")]
+            if (private_module or private_names) and rel != "engine/_sdk.py":
+                found.append(f"{rel}: from {node.module} import {', '.join(private_names)}")
+    assert found == []

@@ -12,6 +12,7 @@ provider's JSON text byte for byte in ``item``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -72,8 +73,13 @@ def encode_item(item: ModelInputItem) -> str:
     return _dump(value)
 
 
+@functools.lru_cache(maxsize=4096)
 def decode_item(framework_item: str) -> ModelInputItem:
     """The model input item of a stored message.
+
+    Every model call rebuilds the transcript from the stored messages, so the
+    items of one JSON text are decoded once per process and shared: they are
+    deeply immutable (frozen dataclasses of strings and tuples; a test pins it).
 
     Raises:
         ValueError: The text is not an item the built-in loop stored.

@@ -10,6 +10,12 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line interface; returns the exit status."""
+    rest = list(sys.argv[1:] if argv is None else argv)
+    if rest[:1] == ["eval"]:
+        # ``eval`` parses its own flags (``eval compare A B`` and the like).
+        from dex_agents_ray.cli._eval import run_eval_command
+
+        return run_eval_command(rest[1:])
     parser = argparse.ArgumentParser(
         prog="dex-agents-ray", description="Durable AI-agent sessions on Ray."
     )
@@ -34,7 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     from dex_agents_ray.cli._sessions import add_sessions_parser
 
     add_sessions_parser(sub)
+    from dex_agents_ray.cli._eval import add_eval_parser
+
+    add_eval_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "eval":
+        from dex_agents_ray.cli._eval import run_eval_command
+
+        return run_eval_command(args.rest)
     if args.command == "sessions":
         from dex_agents_ray.cli._sessions import run_sessions
 

@@ -2,7 +2,8 @@
 and later ``eval`` and ``sessions``): one parser, one set of flags, one doc
 (docs/cli.md).
 
-    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else a local Ray)
+    --address ADDRESS     the Ray cluster (default: $RAY_ADDRESS, else what ray.init()
+                          finds: a running local head, or a new local Ray)
     --namespace NAME      the engine's Ray namespace (default: dex-agents-ray)
     --store STORE         SQLite file or postgresql:// URI (default: ./.dex-agents-ray/engine.db)
     --agent MODULE:ATTR   a session Flow to operate (repeatable)
@@ -52,7 +53,8 @@ def connection_parser(*, agents_required: bool = True) -> argparse.ArgumentParse
     group.add_argument(
         "--address",
         default=None,
-        help="Ray cluster address (default: $RAY_ADDRESS, else start a local Ray)",
+        help="Ray cluster address (default: $RAY_ADDRESS, else what ray.init() finds: "
+        "a ray start head on this machine, or a new local Ray)",
     )
     group.add_argument(
         "--namespace",
@@ -137,8 +139,22 @@ def _load_one(spec: str) -> list[AgentSessionFlow]:
 
 async def start_engine(options: ConnectionOptions, flows: Sequence[AgentSessionFlow]) -> FlowEngine:
     """Join (or start) Ray and open the engine's store with ``flows`` registered."""
+    import logging
+
+    import ray
+
     from dex_agents_ray.engine import FlowEngine
 
+    address = options.address or os.environ.get("RAY_ADDRESS")
+    if address and not ray.is_initialized():
+        # Joining a running cluster: no connection chatter on the terminal, and the
+        # workers' logs stay in the cluster's log files.
+        ray.init(
+            address=address,
+            namespace=options.namespace,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     return await FlowEngine.start(
         list(flows),
         store=options.store,

@@ -178,7 +178,8 @@ async def _demo(store: str | None) -> int:
         host = await kill_flow_actor(engine, session_id)
         print(
             f"CRASH: killed the session's host actor (pid {host}) while the refund ran "
-            f"in worker pid {worker}"
+            f"in worker pid {worker} (Ray's raylet reports the killed worker next)",
+            flush=True,
         )
 
         snapshot = await _until(_turn_done(sessions, session_id, 2), "turn 2")

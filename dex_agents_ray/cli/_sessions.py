@@ -43,6 +43,7 @@ from dex_agents_ray.session import (
     AgentSessionFlow,
     AgentSnapshot,
 )
+from dex_agents_ray.session_listing import message_line
 
 DONE, REFUSED, USAGE, NOT_FOUND = 0, 1, 2, 3
 
@@ -203,7 +204,7 @@ async def _show(sessions: AgentSessionClient, args: argparse.Namespace) -> int:
         )
     print("\ntranscript:")
     for message in snapshot.messages:
-        print(f"  {message.sequence:>4} {message.role.value:<9} {_message_text(message)}")
+        print(f"  {message.sequence:>4} {message.role.value:<9} {message_line(message)}")
     if snapshot.tool_calls:
         print("\ntool calls of the active turn:")
         _table(
@@ -220,13 +221,6 @@ async def _show(sessions: AgentSessionClient, args: argparse.Namespace) -> int:
     for interrupt in snapshot.pending_interrupts:
         print("  " + _interrupt_line(interrupt))
     return DONE
-
-
-def _message_text(message: Any) -> str:
-    if message.role.value == "assistant" and message.tool_name:
-        return f"(calls {message.tool_name} {message.tool_arguments or ''})".strip()
-    text = message.text if message.text is not None else message.tool_output or ""
-    return " ".join(text.split())[:160]
 
 
 def _interrupt_line(interrupt: AgentInterrupt) -> str:

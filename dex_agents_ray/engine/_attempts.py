@@ -14,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
-from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
@@ -32,6 +30,8 @@ from dex_agents_ray.engine._remote import (
     remote_step_function,
 )
 from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT
+from dex_agents_ray.engine._sdk import InvocationMethod
+from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import StaleEpochError
 from dex_agents_ray.engine._streams import StreamBuffer

@@ -26,7 +26,6 @@ from dex import (
     StreamMessage,
     StreamMessagesPage,
 )
-from dex.attribute import _apply_attribute_store_sync, _apply_hard_delete_on_null
 from dex.dexpb import dex_pb2 as pb
 from dex.flow_result import StepCompletion
 from dex.runtime_errors import (
@@ -46,6 +45,12 @@ from dex_agents_ray.engine._errors import (
 from dex_agents_ray.engine._operations import StartRequest
 from dex_agents_ray.engine._query import Term, matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
+from dex_agents_ray.engine._sdk import (
+    apply_attribute_store_sync as _apply_attribute_store_sync,
+)
+from dex_agents_ray.engine._sdk import (
+    apply_hard_delete_on_null as _apply_hard_delete_on_null,
+)
 
 if TYPE_CHECKING:
     from dex_agents_ray.engine._engine import FlowEngine

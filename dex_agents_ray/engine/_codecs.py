@@ -26,9 +26,11 @@ from enum import Enum
 from typing import Any
 
 from dex import CodecRegistry, JsonCodec
-from dex.codec import Codec, Value, WireKind, _supports_automatic_json, _type_name
+from dex.codec import Codec, Value, WireKind
 
 from dex_agents_ray.engine._immutable import mutable_part
+from dex_agents_ray.engine._sdk import supports_automatic_json as _supports_automatic_json
+from dex_agents_ray.engine._sdk import type_name as _type_name
 
 Decoder = Callable[[Any], Any]
 

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
@@ -44,6 +43,7 @@ from dex_agents_ray.engine._records import (
     evolve,
 )
 from dex_agents_ray.engine._retry import next_retry_delay
+from dex_agents_ray.engine._sdk import InvocationMethod
 from dex_agents_ray.engine._state import RunState, Tx
 from dex_agents_ray.engine._store import FlowStore, StaleEpochError
 from dex_agents_ray.engine._streams import StreamBuffer

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from dex import CodecRegistry, Flow, FlowDefinitionError, Registry
-from dex._value_mapper import ValueMapper
-from dex.flow import _RegisteredFlow
 
 from dex_agents_ray.engine._client import EngineClient
 from dex_agents_ray.engine._codecs import CachingCodecRegistry
@@ -31,6 +29,8 @@ from dex_agents_ray.engine._placement import (
     Placement,
     PlacementMode,
 )
+from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine._sdk import ValueMapper
 from dex_agents_ray.engine._store import (
     POSTGRES_URI_SCHEMES,
     FlowStore,

@@ -35,16 +35,8 @@ from dex import (
     StepOptions,
     Wait,
 )
-from dex._invocation_context import InvocationContext, InvocationMethod
-from dex._server_protocol import (
-    HARD_DELETE_ATTRIBUTE_PROTOCOL_VERSION,
-    NegotiatedServerProtocol,
-)
-from dex._value_mapper import ValueMapper
-from dex._worker_dispatcher import WorkerDispatcher
 from dex.condition import ConditionCombination, TimerCondition
 from dex.dexpb import dex_pb2 as pb
-from dex.flow import _RegisteredFlow, _RegisteredStep
 from dex.runtime_errors import InvalidStepResultError, ValueMappingError
 from dex.step import StepMovement, StepOutput
 
@@ -55,6 +47,16 @@ from dex_agents_ray.engine._options import (
     RemoteStepOptions,
     StepAttemptProgress,
 )
+from dex_agents_ray.engine._sdk import (
+    HARD_DELETE_ATTRIBUTE_PROTOCOL_VERSION,
+    InvocationContext,
+    InvocationMethod,
+    NegotiatedServerProtocol,
+    ValueMapper,
+    WorkerDispatcher,
+)
+from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine._sdk import RegisteredStep as _RegisteredStep
 
 T = TypeVar("T")
 Frame = pb.StepMethodHeartbeat | pb.StepStreamWrite

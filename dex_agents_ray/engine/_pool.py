@@ -63,6 +63,10 @@ class _Shape:
     saw_queueing: bool = False
     outgoing: dict[int, list[_Pending]] = field(default_factory=dict)
     """Attempts submitted this event-loop turn, per executor, not sent yet."""
+    restarting: set[int] = field(default_factory=set)
+    """Executors that died under a call: the next batch waits until Ray has the
+    restarted one (a call sent before Ray learns of the death reaches the dead
+    process and fails without running)."""
 
 
 class ExecutorPool:
@@ -139,15 +143,22 @@ class ExecutorPool:
         batch = shape.outgoing.pop(index, [])
         if not batch:
             return
-        handle = shape.handles[index]
-        if len(batch) == 1:
-            ref = handle.run.remote(*batch[0].args)
-            task = asyncio.ensure_future(_settle_one(ref, batch[0]))
-        else:
-            ref = handle.run_many.remote([p.args for p in batch])
-            task = asyncio.ensure_future(_settle_many(ref, batch))
+        task = asyncio.ensure_future(self._deliver_batch(shape, index, batch))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _deliver_batch(self, shape: _Shape, index: int, batch: list[_Pending]) -> None:
+        handle = shape.handles[index]
+        if index in shape.restarting:
+            await _until_alive(handle)
+            shape.restarting.discard(index)
+        died = False
+        if len(batch) == 1:
+            died = await _settle_one(handle.run.remote(*batch[0].args), batch[0])
+        else:
+            died = await _settle_many(handle.run_many.remote([p.args for p in batch]), batch)
+        if died:
+            shape.restarting.add(index)
 
     def deliver(self, results: list[tuple[AttemptKey, CallOutcome]]) -> None:
         """Outcomes an executor sent ahead of its ``run_many`` reply."""
@@ -227,26 +238,54 @@ def _executor_died(error: BaseException) -> BaseException:
     return error
 
 
-async def _settle_one(ref: Any, pending: _Pending) -> None:
+_ALIVE_CHECKS = 100
+_ALIVE_CHECK_INTERVAL = 0.05
+"""A restarted executor is confirmed for up to about 5 s plus Ray's own answers."""
+
+
+async def _until_alive(handle: Any) -> None:
+    """Wait until ``handle``'s actor answers (Ray restarts a dead executor); after
+    the last check the batch goes anyway and fails as before if it is still dead."""
+    import ray.exceptions
+
+    for _ in range(_ALIVE_CHECKS):
+        try:
+            await handle.__ray_ready__.remote()
+            return
+        except ray.exceptions.RayActorError:
+            await asyncio.sleep(_ALIVE_CHECK_INTERVAL)  # a retry interval, not a timing guess
+
+
+def _is_death(error: BaseException) -> bool:
+    import ray.exceptions
+
+    return isinstance(error, ray.exceptions.RayActorError)
+
+
+async def _settle_one(ref: Any, pending: _Pending) -> bool:
+    """Settle one attempt from its reply; ``True`` when the executor died."""
     try:
         reply = await ref
     except Exception as error:
         _resolve(pending, ("error", _executor_died(error)))
-        return
+        return _is_death(error)
     _resolve(pending, ("ok", reply))
+    return False
 
 
-async def _settle_many(ref: Any, batch: list[_Pending]) -> None:
+async def _settle_many(ref: Any, batch: list[_Pending]) -> bool:
+    """Settle a batch from its reply; ``True`` when the executor died."""
     try:
         outcomes: list[CallOutcome | None] = await ref
     except Exception as error:
         failure = _executor_died(error)
         for pending in batch:
             _resolve(pending, ("error", failure))
-        return
+        return _is_death(error)
     for pending, outcome in zip(batch, outcomes, strict=True):
         if outcome is not None:  # None: sent ahead with ``deliver``
             _resolve(pending, outcome)
+    return False
 
 
 def _consume(future: asyncio.Future[Any]) -> None:

@@ -13,7 +13,6 @@ import hashlib
 import threading
 from typing import Any
 
-from dex._invocation_context import InvocationMethod
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._faults import wait_at_gate_before_ack
@@ -25,6 +24,7 @@ from dex_agents_ray.engine._invoke import (
     invoke_step,
 )
 from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
+from dex_agents_ray.engine._sdk import InvocationMethod
 
 ABANDONED = "abandoned"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from dex import Attribute, AttributeMap
-from dex._invocation_context import InvocationContext
 from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine._sdk import InvocationContext
 
 __all__ = ["encoded_size", "stored_size"]
 

@@ -50,3 +50,54 @@ def test_messages_carry_display_fields() -> None:
 def test_foreign_items_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         decode_item(text)
+
+
+def _frozen_all_the_way(value: object) -> bool:
+    import dataclasses
+
+    if isinstance(value, str | int | float | bool | type(None)):
+        return True
+    if isinstance(value, tuple):
+        return all(_frozen_all_the_way(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = type(value).__dataclass_params__  # type: ignore[attr-defined]
+        return bool(params.frozen) and all(
+            _frozen_all_the_way(getattr(value, f.name)) for f in dataclasses.fields(value)
+        )
+    return False
+
+
+def test_decoded_items_are_shared_because_nothing_can_change_them() -> None:
+    from dex_agents_ray.builtin_loop import (
+        ModelOutputItem,
+        ModelToolCall,
+        ToolResultItem,
+        UserTextItem,
+    )
+    from dex_agents_ray.builtin_loop._items import decode_item, item_message
+    from dex_agents_ray.media import AgentImageReference
+
+    digest = "a" * 64
+    image = AgentImageReference(
+        uri=f"file:///tmp/store/sha256/{digest}",
+        mime_type="image/png",
+        sha256=digest,
+        size_bytes=10,
+    )
+    items = [
+        UserTextItem(text="hello", images=[image]),
+        ToolResultItem(tool_call_id="c1", tool_name="t", output="o", images=[image]),
+        ModelOutputItem(
+            provider="p",
+            api="a",
+            item="{}",
+            text="x",
+            tool_calls=[ModelToolCall(tool_call_id="c1", tool_name="t", arguments="{}")],
+        ),
+    ]
+    for item in items:
+        text = item_message(item).framework_item
+        decoded = decode_item(text)
+        assert decoded == item
+        assert decoded is decode_item(text)  # decoded once, shared
+        assert _frozen_all_the_way(decoded), decoded  # so no caller can change it

@@ -92,18 +92,30 @@ def ray_head(num_cpus: int = 2) -> Iterator[RayHead]:
 
 
 def _processes_of(temp_dir: str) -> list[int]:
-    """PIDs whose command line names ``temp_dir``: this head's GCS, raylet, agents, workers."""
-    pids = []
+    """PIDs of this head: those whose command line names ``temp_dir`` (GCS, raylet,
+    the log monitor), and every process below them (the agents and workers, whose
+    titles Ray rewrites)."""
+    parents: dict[int, int] = {}
+    matched: set[int] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
+        pid = int(entry)
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if temp_dir.encode() in f.read():
-                    pids.append(int(entry))
-        except OSError:
+                    matched.add(pid)
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                parents[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-    return pids
+    found = set(matched)
+    grew = True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= below
+        grew = bool(below)
+    return sorted(found)
 
 
 def _kill_processes_of(temp_dir: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,8 @@ class ErrorReply:
 
     status: int
     body: Mapping[str, object]
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Extra response headers (``Retry-After`` on a 429)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +68,8 @@ class RecordedRequest:
     """Header names lower-cased."""
     body: Mapping[str, Any]
     raw_body: bytes
+    at: float = field(default_factory=time.time)
+    """When it arrived (wall clock), to count requests per second."""
 
 
 @dataclass
@@ -132,7 +137,9 @@ class FakeProviderServer:
             )
         reply = queue.popleft()
         if isinstance(reply, ErrorReply):
-            return web.json_response(dict(reply.body), status=reply.status)
+            return web.json_response(
+                dict(reply.body), status=reply.status, headers=dict(reply.headers)
+            )
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )

@@ -65,7 +65,7 @@ def test_the_notebook_runs_and_shows_the_sessions(tmp_path: Path) -> None:
     for _, cell in cells:
         assert not [o for o in cell.outputs if o.output_type == "error"], cell.source
 
-    _, setup, first_turn, view, refund, approve, sync, _ = cells
+    _, setup, first_turn, view, refund, approve, sync, evaluation, plot, _ = cells
     assert f"engine on {tmp_path / 'engine.db'}" in _text(setup[1])
 
     # The live view: one display output, updated in place as events arrived.
@@ -86,3 +86,14 @@ def test_the_notebook_runs_and_shows_the_sessions(tmp_path: Path) -> None:
     assert "Waiting for a person" in _html(refund[1])
     assert "Refund: refunded 300 cents on A1" in _text(approve[1])
     assert _text(sync[1]).startswith("2 turns;")
+
+    # A batch evaluation: its progress bar, the table, the figure.
+    index, cell = evaluation
+    assert any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in cell.outputs
+    ), "no progress bar"
+    table = _text(cell)
+    for case_id, score in [("where-a2", "1.0"), ("refund-a1", "1.0"), ("wrong", "0.0")]:
+        row = next(line for line in table.splitlines() if line.startswith(case_id))
+        assert row.split()[1:3] == ["scored", score], row
+    assert any("image/png" in o.get("data", {}) for o in plot[1].outputs)

@@ -1,0 +1,122 @@
+"""Live control of a run from another process: status, pause, resume, cancel.
+
+One named, detached Ray actor per run (``dexeval:<run_id>`` in the engine's
+namespace) holds the run's state and its latest progress. ``run_eval`` reads
+the state before it schedules each case: paused, it waits; cancelled, it
+schedules nothing more, and the cases already running have their turns
+cancelled (``cancel_turn``) by ``cancel_run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dex_agents_ray.evals._runner import EvalProgress
+
+__all__ = ["EvalControl", "RunState"]
+
+
+class RunState(StrEnum):
+    """What a run's driver may do."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    """Schedule no new case until resumed (running cases go on)."""
+    CANCELLED = "cancelled"
+    """Schedule nothing more; running cases' turns are cancelled."""
+
+
+class _ControlActor:
+    def __init__(self) -> None:
+        self._state = RunState.RUNNING.value
+        self._progress: dict[str, Any] = {}
+        self._changed = asyncio.Event()
+
+    async def open(self, total: int) -> None:
+        self._state = RunState.RUNNING.value
+        self._progress = {"total": total}
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def set_state(self, state: str) -> str:
+        self._state = RunState(state).value
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return self._state
+
+    async def state(self) -> str:
+        return self._state
+
+    async def wait_changed(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def publish(self, progress: dict[str, Any]) -> None:
+        self._progress = progress
+
+    async def status(self) -> dict[str, Any]:
+        return {**self._progress, "state": self._state}
+
+
+_actor_class: Any = None
+
+
+def _actor(run_id: str, namespace: str | None, create: bool) -> Any:
+    global _actor_class
+    import ray
+
+    if not create:
+        return ray.get_actor(f"dexeval:{run_id}", namespace=namespace)
+    if _actor_class is None:
+        _actor_class = ray.remote(_ControlActor)
+    return _actor_class.options(
+        name=f"dexeval:{run_id}",
+        namespace=namespace,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_concurrency=64,
+    ).remote()
+
+
+class EvalControl:
+    """The control handle of run ``run_id`` (``create=False``: the run must exist;
+    ``ValueError`` otherwise)."""
+
+    def __init__(self, run_id: str, *, namespace: str | None = None, create: bool = True) -> None:
+        self.run_id = run_id
+        try:
+            self._handle = _actor(run_id, namespace, create)
+        except ValueError as error:
+            raise ValueError(
+                f"no eval run {run_id!r} in namespace {namespace!r} (its driver runs "
+                "nowhere on this cluster)"
+            ) from error
+
+    async def open(self, total: int) -> None:
+        await self._handle.open.remote(total)
+
+    async def state(self) -> RunState:
+        return RunState(await self._handle.state.remote())
+
+    async def set_state(self, state: RunState) -> RunState:
+        return RunState(await self._handle.set_state.remote(state.value))
+
+    async def wait_changed(self, timeout: float) -> None:
+        await self._handle.wait_changed.remote(timeout)
+
+    async def publish(self, progress: EvalProgress) -> None:
+        data = dataclasses.asdict(progress)
+        data["state"] = progress.state.value
+        await self._handle.publish.remote(data)
+
+    async def status(self) -> dict[str, Any]:
+        """The state and the latest progress the driver published."""
+        result: dict[str, Any] = await self._handle.status.remote()
+        return result

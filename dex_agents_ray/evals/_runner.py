@@ -1,0 +1,596 @@
+"""``run_eval``: many sessions from a list of cases, durable and resumable.
+
+Each case's session ID derives from the run and case IDs
+(``session_id_for(run_id, case_id)``), so running the same ``run_id`` again
+skips cases already scored (their rows in ``results.jsonl``), resumes
+unfinished sessions where they are (mid-turn: the engine re-activates them)
+and starts the rest. A bounded number of cases is driven at once; a case
+waiting for a person gives its slot back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dex_agents_ray.engine import FlowEngine
+from dex_agents_ray.evals._cases import EvalCase
+from dex_agents_ray.evals._control import EvalControl, RunState
+from dex_agents_ray.evals._driver import (
+    SessionOutcome,
+    drive_session,
+    last_answer,
+    latency_seconds,
+    tool_call_count,
+)
+from dex_agents_ray.evals._limits import EVAL_RUN_MODEL_LIMIT, EvalModelLimiter, ModelRateLimit
+from dex_agents_ray.evals._policies import InterruptPolicy
+from dex_agents_ray.evals._results import (
+    RESULTS_FILE,
+    CaseResult,
+    CaseStatus,
+    EvalReport,
+    ResultsWriter,
+    read_results,
+)
+from dex_agents_ray.evals._scorers import EvalSample, Score, Scorer, ScorerLike, as_scorer
+from dex_agents_ray.session import (
+    SPEND_LIMIT_REFUSED_PREFIX,
+    AgentSessionClient,
+    AgentSessionFlow,
+    AgentUsage,
+    RaySpendLimit,
+)
+
+__all__ = ["EvalProgress", "ScoringContext", "run_eval", "session_id_for"]
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_CONCURRENCY = 16
+PUBLISH_SECONDS = 0.5
+"""At most this often the driver rewrites ``summary.json`` and publishes its progress
+(both also at the end of a run)."""
+DEFAULT_NAMESPACE = "dex-agents-ray"
+"""The engine's default Ray namespace (``FlowEngine.start``'s), where the run's actors live."""
+
+
+def session_id_for(run_id: str, case_id: str) -> str:
+    """The session of case ``case_id`` in run ``run_id``: ``eval:<run_id>:<case_id>``
+    (a run ID has no ``:``, so two pairs never share a session)."""
+    return f"eval:{run_id}:{case_id}"
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise ValueError(
+            f"run_id must be 1-128 letters, digits, '.', '_' or '-' (starting with a letter "
+            f"or digit), got {run_id!r}"
+        )
+    return run_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalProgress:
+    """Where a run stands (given to the ``progress`` callback after each case)."""
+
+    total: int
+    """Cases in the run."""
+    done: int
+    """Cases scored or failed, in this run or (scored) in earlier ones."""
+    failed: int
+    """Of those, failed."""
+    needs_person: int
+    """Cases waiting for a person."""
+    running: int
+    """Cases being driven now."""
+    steps: int
+    """Model and tool calls of the finished cases."""
+    input_tokens: int
+    output_tokens: int
+    elapsed_s: float
+    """Seconds since this call of ``run_eval`` began."""
+    state: RunState
+    """Running, paused or cancelled (``dex-agents-ray eval pause|resume|cancel``)."""
+
+
+class ScoringContext:
+    """What scorers may use: the run and its engine (for LLM judges)."""
+
+    def __init__(self, runner: _Run) -> None:
+        self._runner = runner
+        self.run_id = runner.run_id
+
+    async def run_judge(
+        self, flow: AgentSessionFlow, session_id: str, prompt: str, case: EvalCase
+    ) -> str:
+        """Run ``prompt`` as one turn of a ``flow`` session (resumed if it exists);
+        the last assistant text. Raises ``RuntimeError`` when the turn fails or
+        asks for a person."""
+        sessions = self._runner.sessions_for(flow)
+        judge_case = EvalCase(id=case.id, turns=(prompt,))
+        outcome = await drive_session(sessions, session_id, judge_case, None, settings={})
+        if outcome.status != "done":
+            raise RuntimeError(f"judge session {session_id} {outcome.status}: {outcome.error}")
+        return last_answer(outcome.messages)
+
+
+def _eval_flow(flow: AgentSessionFlow, limiter: EvalModelLimiter | None) -> AgentSessionFlow:
+    """``flow`` with the eval's limiter as its spend limit (same Flow type)."""
+    if limiter is None:
+        return flow
+    options = flow.config.options
+    wrapped = EvalModelLimiter(
+        limiter.name,
+        limiter.limits,
+        namespace=limiter.namespace,
+        inner=options.spend_limit,
+        ceiling=limiter.ceiling,
+    )
+    run_model_limit = options.run_model_limit
+    if limiter.limits and run_model_limit.maximum_attempts < EVAL_RUN_MODEL_LIMIT.maximum_attempts:
+        run_model_limit = EVAL_RUN_MODEL_LIMIT
+    new_options = dataclasses.replace(options, spend_limit=wrapped, run_model_limit=run_model_limit)
+    return AgentSessionFlow(flow.config.runner, flow_type=flow.get_flow_type(), options=new_options)
+
+
+def _run_key(request: Any) -> str:
+    return "run"
+
+
+class _Run:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        cases: Sequence[EvalCase],
+        scorers: Sequence[Scorer],
+        interrupts: InterruptPolicy | Sequence[InterruptPolicy] | None,
+        concurrency: int,
+        max_failures: int | None,
+        max_spend_tokens: int | None,
+        writer: ResultsWriter | None,
+        progress: Callable[[EvalProgress], None] | None,
+    ) -> None:
+        self.run_id = run_id
+        self.cases = cases
+        self.scorers = scorers
+        self.interrupts = interrupts
+        self.concurrency = concurrency
+        self.max_failures = max_failures
+        self.max_spend_tokens = max_spend_tokens
+        self.writer = writer
+        self.progress = progress
+        self.rows: dict[str, CaseResult] = {}
+        self.running = 0
+        self.started = time.monotonic()
+        self.flows: dict[str, AgentSessionFlow] = {}
+        self.clients: dict[str, AgentSessionClient] = {}
+        self.engine: FlowEngine | None = None
+        self.control: EvalControl | None = None
+        self.ceiling: RaySpendLimit | None = None
+        self.state = RunState.RUNNING
+        self.stopped: str | None = None
+        self.totals = dict.fromkeys(
+            ("done", "failed", "needs_person", "steps", "input_tokens", "output_tokens"), 0
+        )
+        self._state_changed = asyncio.Event()
+        self._unwritten: list[CaseResult] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._published = self._summarized = -PUBLISH_SECONDS
+
+    def sessions_for(self, flow: AgentSessionFlow) -> AgentSessionClient:
+        flow_type = flow.get_flow_type()
+        client = self.clients.get(flow_type)
+        if client is None:
+            assert self.engine is not None
+            client = self.clients[flow_type] = AgentSessionClient(
+                self.engine.client, self.flows[flow_type]
+            )
+        return client
+
+    # -- progress ----------------------------------------------------------------
+
+    def _count(self, row: CaseResult, sign: int) -> None:
+        totals = self.totals
+        totals["done"] += sign * (row.status in (CaseStatus.SCORED, CaseStatus.FAILED))
+        totals["failed"] += sign * (row.status is CaseStatus.FAILED)
+        totals["needs_person"] += sign * (row.status is CaseStatus.NEEDS_PERSON)
+        totals["steps"] += sign * (row.model_calls + row.tool_calls)
+        totals["input_tokens"] += sign * row.input_tokens
+        totals["output_tokens"] += sign * row.output_tokens
+
+    def keep(self, row: CaseResult) -> None:
+        """Make ``row`` the case's row (the totals follow)."""
+        old = self.rows.get(row.case_id)
+        if old is not None:
+            self._count(old, -1)
+        self.rows[row.case_id] = row
+        self._count(row, 1)
+
+    def snapshot(self) -> EvalProgress:
+        return EvalProgress(
+            total=len(self.cases),
+            running=self.running,
+            elapsed_s=time.monotonic() - self.started,
+            state=self.state,
+            **self.totals,
+        )
+
+    def report(self) -> EvalReport:
+        ordered = tuple(self.rows[c.id] for c in self.cases if c.id in self.rows)
+        return EvalReport(
+            run_id=self.run_id,
+            results=ordered,
+            out=None if self.writer is None else self.writer.out,
+            stopped=self.stopped,
+        )
+
+    async def _finish(self, row: CaseResult) -> None:
+        self.keep(row)
+        if self.writer is not None:
+            self._unwritten.append(row)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+        now = time.monotonic()
+        if self.control is not None and now - self._published >= PUBLISH_SECONDS:
+            self._published = now
+            await self.control.publish(self.snapshot())
+        if self.progress is not None:
+            self.progress(self.snapshot())
+
+    async def _flush(self) -> None:
+        """Write the rows that finished meanwhile: one write and fsync per batch, in a
+        thread (a row lost to a kill before its fsync only makes the rerun derive it
+        from the session again)."""
+        assert self.writer is not None
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            await asyncio.to_thread(self.writer.append_many, batch)
+            now = time.monotonic()
+            if now - self._summarized >= PUBLISH_SECONDS:
+                self._summarized = now
+                summary = self.report().summary()
+                await asyncio.to_thread(self.writer.write_summary, summary)
+
+    async def drain(self) -> None:
+        """Wait until every finished row is on disk."""
+        while self._flusher is not None and not self._flusher.done():
+            await self._flusher
+        if self._unwritten:
+            self._flusher = asyncio.create_task(self._flush())
+            await self._flusher
+
+    # -- one case ----------------------------------------------------------------
+
+    async def run_case(self, case: EvalCase, flow: AgentSessionFlow) -> CaseResult:
+        session_id = session_id_for(self.run_id, case.id)
+        sessions = self.sessions_for(flow)
+        try:
+            outcome = await drive_session(sessions, session_id, case, self.interrupts)
+        except Exception as error:  # a session that failed as a run, or an RPC error
+            return CaseResult(
+                case_id=case.id,
+                session_id=session_id,
+                status=CaseStatus.FAILED,
+                error=f"{type(error).__name__}: {error}",
+                metadata=case.metadata,
+            )
+        return await self._result(case, session_id, outcome)
+
+    async def _result(self, case: EvalCase, session_id: str, outcome: SessionOutcome) -> CaseResult:
+        snapshot = outcome.snapshot
+        usage = snapshot.usage if snapshot is not None else None
+        state = snapshot.state if snapshot is not None else None
+        messages = outcome.messages
+        base: dict[str, Any] = {
+            "case_id": case.id,
+            "session_id": session_id,
+            "turns": state.turn_count if state is not None else 0,
+            "answer": last_answer(messages),
+            "input_tokens": usage.input_tokens if usage else 0,
+            "output_tokens": usage.output_tokens if usage else 0,
+            "cached_input_tokens": usage.cached_input_tokens if usage else 0,
+            "reasoning_tokens": usage.reasoning_tokens if usage else 0,
+            "model_calls": usage.model_calls if usage else 0,
+            "tool_calls": tool_call_count(messages),
+            "interrupts_answered": outcome.interrupts_answered,
+            "latency_s": latency_seconds(snapshot, messages) if snapshot else None,
+            "metadata": case.metadata,
+            "cost_usd": _cost(case),
+        }
+        if outcome.status == "needs_person":
+            return CaseResult(status=CaseStatus.NEEDS_PERSON, error=outcome.error, **base)
+        if outcome.status != "done":
+            return CaseResult(status=CaseStatus.FAILED, error=outcome.error, **base)
+        sample = EvalSample(
+            case=case,
+            session_id=session_id,
+            answer=base["answer"],
+            messages=messages,
+            usage=usage if usage is not None else AgentUsage(),
+        )
+        scores: dict[str, float] = {}
+        reasons: dict[str, str] = {}
+        passed = True
+        context = ScoringContext(self)
+        for scorer in self.scorers:
+            try:
+                score: Score = await scorer.score(sample, context)
+            except Exception as error:
+                return CaseResult(
+                    status=CaseStatus.FAILED,
+                    error=f"scorer {scorer.name!r}: {type(error).__name__}: {error}",
+                    scores=scores,
+                    reasons=reasons,
+                    **base,
+                )
+            scores[scorer.name] = score.value
+            if score.reason:
+                reasons[scorer.name] = score.reason
+            passed = passed and score.passed
+        return CaseResult(
+            status=CaseStatus.SCORED, scores=scores, reasons=reasons, passed=passed, **base
+        )
+
+    # -- scheduling --------------------------------------------------------------
+
+    async def _should_stop(self) -> bool:
+        # The state comes from the watcher (no actor call per case).
+        while True:
+            self._state_changed.clear()  # before the check: a change after it wakes the wait
+            if self.state is not RunState.PAUSED:
+                break
+            if self.control is not None:
+                await self.control.publish(self.snapshot())  # what a paused run has done
+            await self._state_changed.wait()
+        if self.state is RunState.CANCELLED:
+            self.stopped = "cancelled"
+            return True
+        failed = self.totals["failed"]
+        if self.max_failures is not None and failed >= self.max_failures:
+            self.stopped = f"max_failures ({self.max_failures}) reached"
+            return True
+        if self.ceiling is not None and self.max_spend_tokens is not None:
+            spent = await self.ceiling.spent("run")
+            if spent >= self.max_spend_tokens:
+                self.stopped = f"spend ceiling of {self.max_spend_tokens} tokens reached"
+                return True
+        return False
+
+    async def _watch(self, running: dict[str, asyncio.Task[None]]) -> None:
+        """Follow the run's state (``eval pause|resume|cancel``); on cancel, cancel the
+        running cases."""
+        assert self.control is not None
+        while True:
+            state = await self.control.state()
+            if state is not self.state:
+                self.state = state
+                self._state_changed.set()
+            if state is RunState.CANCELLED:
+                self.stopped = "cancelled"
+                for task in list(running.values()):
+                    task.cancel()
+                return
+            await self.control.wait_changed(timeout=5.0)
+
+    async def _cancelled_row(self, case: EvalCase, flow: AgentSessionFlow) -> CaseResult:
+        """Cancel the case's running turn (``cancel_turn``) and report it cancelled."""
+        session_id = session_id_for(self.run_id, case.id)
+        sessions = self.sessions_for(flow)
+        detail = "the run was cancelled"
+        try:
+            snapshot = await sessions.get_agent_snapshot(session_id)
+            turn = snapshot.state.active_turn_id if snapshot.state is not None else None
+            if turn is not None and await sessions.cancel_turn(session_id, turn):
+                detail += f"; {turn} cancelled"
+        except Exception as error:  # the session may not exist yet
+            detail += f" ({type(error).__name__}: {error})"
+        return CaseResult(
+            case_id=case.id,
+            session_id=session_id,
+            status=CaseStatus.CANCELLED,
+            error=detail,
+            metadata=case.metadata,
+        )
+
+    async def schedule(self, flow: AgentSessionFlow, todo: Sequence[EvalCase]) -> None:
+        slots = asyncio.Semaphore(self.concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+        running: dict[str, asyncio.Task[None]] = {}
+        watcher = asyncio.create_task(self._watch(running)) if self.control else None
+
+        async def one(case: EvalCase) -> None:
+            try:
+                try:
+                    row = await self.run_case(case, flow)
+                except asyncio.CancelledError:
+                    if self.state is not RunState.CANCELLED:
+                        raise
+                    row = await self._cancelled_row(case, flow)
+                if SPEND_LIMIT_REFUSED_PREFIX in (row.error or ""):
+                    self.stopped = self.stopped or "spend ceiling reached"
+                running.pop(case.id, None)
+                self.running -= 1
+                await self._finish(row)
+            finally:
+                if case.id in running:  # it raised: the slot is free all the same
+                    running.pop(case.id, None)
+                    self.running -= 1
+                slots.release()
+
+        for case in todo:
+            await slots.acquire()
+            if await self._should_stop():
+                slots.release()
+                break
+            self.running += 1
+            task = asyncio.create_task(one(case))
+            running[case.id] = task
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        try:
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        await self.drain()
+        if self.control is not None:
+            await self.control.publish(self.snapshot())
+
+
+def _cost(case: EvalCase) -> float | None:
+    value = case.metadata.get("cost_usd")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+async def run_eval(
+    flow: AgentSessionFlow,
+    cases: Sequence[EvalCase],
+    *,
+    run_id: str,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    scorers: Sequence[ScorerLike] = (),
+    interrupts: InterruptPolicy | Sequence[InterruptPolicy] | None = None,
+    model_limits: Mapping[str, ModelRateLimit] | None = None,
+    max_failures: int | None = None,
+    max_spend_tokens: int | None = None,
+    out: str | Path | None = None,
+    store: str | Path | None = None,
+    namespace: str | None = None,
+    ray_address: str | None = None,
+    progress: Callable[[EvalProgress], None] | None = None,
+) -> EvalReport:
+    """Run every case as a session of ``flow`` and score it; returns the report.
+
+    Durable and resumable: the same ``run_id`` again skips the cases ``out``
+    already holds a scored row for, resumes unfinished
+    sessions where they are, and starts the rest. A case needing a person is
+    reported ``needs_person`` and its session left waiting.
+
+    Args:
+        flow: The agent (its Flow type names the sessions' type).
+        cases: The cases (``EvalCase.from_jsonl``); IDs must be unique.
+        run_id: Names the run; with a case ID it names the case's session.
+        concurrency: Most cases driven at once.
+        scorers: ``Scorer`` objects or plain callables (see ``dex_agents_ray.evals``).
+        interrupts: Who answers approvals and questions (``approve_all()``,
+            ``reject_all()``, a callable, or a list tried in order), after the
+            case's scripted ``answers``; ``None``: nobody (such cases need a person).
+        model_limits: Per model (the session setting ``model``, ``"default"``
+            without one, ``"*"`` for any other): requests and tokens per
+            minute shared by every session on the cluster.
+        max_failures: Stop scheduling new cases once this many failed.
+        max_spend_tokens: The run's spend ceiling in tokens (input plus output);
+            past it every model call is refused and scheduling stops.
+        out: Where ``results.jsonl`` and ``summary.json`` go (needed to resume:
+            without it a rerun scores every case again, though its sessions
+            still resume).
+        store: The engine's store (default ``./.dex-agents-ray/engine.db``).
+        namespace: The engine's Ray namespace (default ``dex-agents-ray``).
+        ray_address: Ray to join when Ray is not initialized.
+        progress: Called with an ``EvalProgress`` after each case.
+
+    Raises:
+        ValueError: A bad ``run_id``, ``concurrency``, duplicate case IDs;
+            nothing is started.
+    """
+    check_run_id(run_id)
+    if not isinstance(flow, AgentSessionFlow):
+        raise TypeError("run_eval: flow must be an AgentSessionFlow")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"run_eval: concurrency must be an int >= 1, got {concurrency!r}")
+    if max_failures is not None and max_failures < 1:
+        raise ValueError("run_eval: max_failures must be >= 1 or None")
+    if max_spend_tokens is not None and max_spend_tokens < 1:
+        raise ValueError("run_eval: max_spend_tokens must be >= 1 or None")
+    cases = list(cases)
+    seen: set[str] = set()
+    for case in cases:
+        if not isinstance(case, EvalCase):
+            raise TypeError(f"run_eval: cases must be EvalCase, got {type(case).__name__}")
+        if case.id in seen:
+            raise ValueError(f"run_eval: duplicate case id {case.id!r}")
+        seen.add(case.id)
+    for key, limit in (model_limits or {}).items():
+        if not isinstance(limit, ModelRateLimit):
+            raise TypeError(f"run_eval: model_limits[{key!r}] must be a ModelRateLimit")
+    scorer_objects = [as_scorer(s) for s in scorers]
+    names = [s.name for s in scorer_objects]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run_eval: scorer names must be unique, got {names}")
+    previous = read_results(Path(out) / RESULTS_FILE) if out is not None else {}
+    writer = ResultsWriter(Path(out)) if out is not None else None
+    run = _Run(
+        run_id=run_id,
+        cases=cases,
+        scorers=scorer_objects,
+        interrupts=interrupts,
+        concurrency=concurrency,
+        max_failures=max_failures,
+        max_spend_tokens=max_spend_tokens,
+        writer=writer,
+        progress=progress,
+    )
+    if writer is not None:
+        for case in cases:
+            row = previous.get(case.id)
+            if row is not None and row.status.final:
+                run.keep(row)
+    await _start(run, flow, scorer_objects, model_limits, store, namespace, ray_address, out)
+    assert run.engine is not None
+    try:
+        todo = [c for c in cases if c.id not in run.rows]
+        await run.schedule(run.flows[flow.get_flow_type()], todo)
+        report = run.report()
+        if writer is not None:
+            writer.write_summary(report.summary())
+            writer.write_parquet(report.results)
+        return report
+    finally:
+        # The sessions stay in the store; waiting ones hold no process.
+        await run.engine.shutdown(stop_hosts=False)
+
+
+async def _start(
+    run: _Run,
+    flow: AgentSessionFlow,
+    scorers: Sequence[Scorer],
+    model_limits: Mapping[str, ModelRateLimit] | None,
+    store: str | Path | None,
+    namespace: str | None,
+    ray_address: str | None,
+    out: str | Path | None,
+) -> None:
+    namespace = namespace or DEFAULT_NAMESPACE
+    limiter: EvalModelLimiter | None = None
+    if run.max_spend_tokens is not None:
+        ledger = (Path(out) if out is not None else Path(".dex-agents-ray")) / "spend.db"
+        run.ceiling = RaySpendLimit(
+            f"eval.{run.run_id}",
+            default_budget=run.max_spend_tokens,
+            key=_run_key,
+            ledger_path=ledger,
+            namespace=namespace,
+        )
+    if model_limits or run.ceiling is not None:
+        limiter = EvalModelLimiter(
+            f"eval.{run.run_id}",
+            dict(model_limits or {}),
+            namespace=namespace,
+            ceiling=run.ceiling,
+        )
+    flows = [flow] + [f for s in scorers for f in getattr(s, "flows", ())]
+    for each in flows:
+        if each.get_flow_type() not in run.flows:
+            run.flows[each.get_flow_type()] = _eval_flow(each, limiter)
+    run.engine = await FlowEngine.start(
+        list(run.flows.values()), store=store, namespace=namespace, ray_address=ray_address
+    )
+    run.control = EvalControl(run.run_id, namespace=namespace)
+    await run.control.open(len(run.cases))

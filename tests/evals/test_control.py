@@ -1,0 +1,130 @@
+"""Live control from another process: ``dex-agents-ray eval pause`` holds
+scheduling, ``eval status`` reports, ``eval cancel`` stops the run and cancels
+the running turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from dex_agents_ray.evals import CaseStatus, EvalCase, EvalControl, RunState, run_eval
+from dex_agents_ray.testing import FileGate, InvocationLog
+from tests.evals.agents import eval_flow
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _cli(*args: str) -> dict[str, object]:
+    code = "import sys; from dex_agents_ray.cli import main; sys.exit(main(sys.argv[1:]))"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        "eval",
+        *args,
+        cwd=_ROOT,
+        env={**os.environ, "PYTHONPATH": str(_ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, err.decode()[-3000:]
+    status: dict[str, object] = json.loads(out.decode().splitlines()[-1])
+    return status
+
+
+async def _until(
+    control: EvalControl, check: Callable[[dict[str, Any]], bool], timeout: float = 60
+) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        status = await control.status()
+        if check(status):
+            return status
+        assert loop.time() < deadline, status
+        await asyncio.sleep(0.05)
+
+
+async def test_pause_status_and_cancel_from_another_process(
+    ray_session: None, namespace: str, store_path: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    cases = [
+        EvalCase(id="gated", turns=("g look GATE",)),
+        EvalCase(id="later", turns=("l look",)),
+        EvalCase(id="never", turns=("n look",)),
+    ]
+    gate = FileGate(state_dir, "lookup")
+    run = asyncio.create_task(
+        run_eval(
+            eval_flow(str(state_dir)),
+            cases,
+            run_id="ctl",
+            concurrency=1,
+            out=tmp_path / "out",
+            store=store_path,
+            namespace=namespace,
+        )
+    )
+    try:
+        await gate.wait_until_reached(timeout=120)
+        connection = ["--address", ray.get_runtime_context().gcs_address, "--namespace", namespace]
+
+        paused = await _cli("pause", "ctl", *connection)
+
+        assert paused["state"] == "paused"
+        gate.release()
+        control = EvalControl("ctl", namespace=namespace, create=False)
+        status = await _until(control, lambda s: s.get("done") == 1 and s.get("running") == 0)
+        assert status["state"] == RunState.PAUSED.value
+        assert not any(
+            e.startswith("l look") for e in InvocationLog(state_dir / "model.log").entries()
+        )
+
+        cancelled = await _cli("cancel", "ctl", *connection)
+
+        assert cancelled["state"] == "cancelled"
+        report = await asyncio.wait_for(run, timeout=60)
+    finally:
+        gate.release()
+        if not run.done():
+            run.cancel()
+    assert [r.case_id for r in report.results] == ["gated"]
+    assert report.stopped == "cancelled"
+    assert not any(
+        e.startswith(("l look", "n look")) for e in InvocationLog(state_dir / "model.log").entries()
+    )
+
+
+async def test_cancel_cancels_the_running_turn(
+    ray_session: None, namespace: str, store_path: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    gate = FileGate(state_dir, "lookup")
+    run = asyncio.create_task(
+        run_eval(
+            eval_flow(str(state_dir)),
+            [EvalCase(id="gated", turns=("g look GATE",))],
+            run_id="ctl2",
+            out=tmp_path / "out",
+            store=store_path,
+            namespace=namespace,
+        )
+    )
+    try:
+        await gate.wait_until_reached(timeout=120)
+        await EvalControl("ctl2", namespace=namespace, create=False).set_state(RunState.CANCELLED)
+        report = await asyncio.wait_for(run, timeout=60)
+    finally:
+        gate.release()
+        if not run.done():
+            run.cancel()
+    (row,) = report.results
+    assert row.status is CaseStatus.CANCELLED
+    assert row.error == "the run was cancelled; turn-1 cancelled"

@@ -1,0 +1,97 @@
+"""A 429 storm from a real model client: LiteLLM in the session hosts against the
+loopback OpenAI-compatible server, which answers 429 with ``Retry-After`` and
+records when each request came, so "under the limit" is checked from its side."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from dex_agents_ray.evals import (
+    CaseStatus,
+    EvalCase,
+    EvalModelLimiter,
+    ModelRateLimit,
+    contains,
+    run_eval,
+)
+from tests.evals.agents import litellm_eval_flow
+from tests.litellm.litellm_fake_server import (
+    RESPONSES_PATH,
+    ErrorReply,
+    FakeProviderServer,
+    responses_stream,
+)
+
+ANSWER = {
+    "type": "message",
+    "id": "msg_1",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "The answer is 42.", "annotations": []}],
+}
+USAGE = {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}
+RETRY_AFTER = 2.0
+STORM = 3
+CASES = 4
+RATE = 120.0  # requests per minute: 2 per second, a burst of 2
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProviderServer]:
+    server = FakeProviderServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def test_a_429_storm_from_the_provider_slows_cases_and_fails_none(
+    ray_session: None,
+    namespace: str,
+    store_path: Path,
+    tmp_path: Path,
+    provider: FakeProviderServer,
+) -> None:
+    too_many = ErrorReply(
+        status=429,
+        body={"error": {"message": "Rate limit reached", "type": "requests"}},
+        headers={"Retry-After": str(RETRY_AFTER)},
+    )
+    provider.enqueue(
+        RESPONSES_PATH,
+        *([too_many] * STORM),
+        *([responses_stream(output=[ANSWER], usage=USAGE)] * CASES),
+    )
+    cases = [EvalCase(id=f"c{i}", turns=(f"question {i}",), expected="42") for i in range(CASES)]
+
+    report = await run_eval(
+        litellm_eval_flow(provider.openai_api_base),
+        cases,
+        run_id="storm-llm",
+        concurrency=CASES,
+        scorers=[contains()],
+        model_limits={"default": ModelRateLimit(requests_per_minute=RATE)},
+        out=tmp_path / "out",
+        store=store_path,
+        namespace=namespace,
+    )
+
+    assert [r.status for r in report.results] == [CaseStatus.SCORED] * CASES, report.results
+    assert all(r.passed for r in report.results)
+    times = [r.at for r in provider.requests if r.path == RESPONSES_PATH]
+    assert len(times) == STORM + CASES  # every 429 failed one attempt; each case answered once
+    stats = await EvalModelLimiter("eval.storm-llm", {}, namespace=namespace).stats()
+    assert stats["default"]["rate_limited"] == STORM and stats["default"]["cuts"] >= 1
+    # The server's view: once the limiter heard of a 429, nobody called again within
+    # Retry-After (a call it granted just before may still arrive in the first half
+    # second: LiteLLM takes that long to send a request in a busy host here).
+    for reported in stats["default"]["reported_at"]:
+        early = [t for t in times if reported + 0.5 < t < reported + RETRY_AFTER - 0.1]
+        assert not early, ([round(t - times[0], 3) for t in times], reported - times[0])
+    # ... and never more than the bucket allows in any second.
+    for start in times:
+        assert sum(1 for t in times if start <= t < start + 1.0) <= 2 + 2 + 1

@@ -34,6 +34,8 @@ PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("session/_messages.py", "dex_agents_ray.engine._stored"): "stored value sizes",
     ("session/_values.py", "dex_agents_ray.engine._codecs"): "share_decoded_values",
     ("testing/_crash.py", "dex_agents_ray.engine._faults"): "the engine's crash-gate hook",
+    ("testing/_actors.py", "dex_agents_ray.engine._executor"): "the executor actors' names",
+    ("testing/_actors.py", "dex_agents_ray.engine._hosts"): "the scheduler actor's name",
     ("builtin_loop/_model.py", "dex_agents_ray.session._metadata"): "ModelCallMetadata",
     ("builtin_loop/_transcript.py", "dex_agents_ray.session._runner"): "the outcome text",
     ("connectors/_tool.py", "dex_agents_ray.builtin_loop._validation"): "the JSON Schema checks",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import HostPassivatedError, unwrap
@@ -41,6 +42,10 @@ class FlowScheduler:
         """A test engine moved the clock: wake the runs now due."""
         clock.set_offset(seconds)
         self._wakeup.set()
+
+    def pid(self) -> int:
+        """The actor's process ID (for crash tests)."""
+        return os.getpid()
 
     def woken_runs(self) -> int:
         """How many activations the scheduler made (for tests and monitoring)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -159,7 +160,7 @@ class SqliteFlowStore:
         await self._once(self._open_sync)
 
     def _open_sync(self) -> None:
-        Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
+        _create_owner_only(Path(self._config.path))
         conn = sqlite3.connect(self._config.path, isolation_level=None, check_same_thread=False)
         # One try waits this long for another writer; the retry loop goes on to the deadline.
         busy = min(_BUSY_WAIT_SECONDS, self._config.retry_deadline.total_seconds())
@@ -794,3 +795,17 @@ def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:
         active_step_types=list(json.loads(active)),
         search_attributes=dict(json.loads(search)),
     )
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create the store file (and a missing directory) readable by its owner only.
+
+    SQLite creates the ``-wal`` and ``-shm`` files with the database file's
+    permissions, so they are owner-only too. An existing file keeps its mode.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)

@@ -28,6 +28,7 @@ if importlib.util.find_spec("mcp") is None:
         raise ImportError(MISSING_EXTRA_MESSAGE) from error
 
 from dex_agents_ray.mcp._config import (  # noqa: E402
+    EnvironmentSecret,
     McpServerConfig,
     McpStdioServerConfig,
     McpStreamableHttpServerConfig,
@@ -60,6 +61,7 @@ __all__ = [
     "TOOL_EFFECT_META_KEY",
     "TOOL_OUTCOME_META_KEY",
     "DeferredToolHandler",
+    "EnvironmentSecret",
     "McpConnectionError",
     "McpServerConfig",
     "McpStdioServerConfig",

@@ -7,11 +7,60 @@ message, or a browser.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-__all__ = ["McpServerConfig", "McpStdioServerConfig", "McpStreamableHttpServerConfig"]
+__all__ = [
+    "EnvironmentSecret",
+    "McpServerConfig",
+    "McpStdioServerConfig",
+    "McpStreamableHttpServerConfig",
+    "resolve_headers",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentSecret:
+    """A header value read from an environment variable where the tool Step runs.
+
+    A Flow is stored by value, so a literal token in its definition lands in the
+    store; this reference stores only the variable's name (and ``template``).
+
+    Example::
+
+        headers={"Authorization": EnvironmentSecret(name="TICKETS_TOKEN", template="Bearer {}")}
+    """
+
+    name: str
+    """The environment variable."""
+    template: str = "{}"
+    """The header value, with ``{}`` where the variable's value goes."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "=" in self.name:
+            raise ValueError(f"EnvironmentSecret.name must be a variable name, got {self.name!r}")
+        if not isinstance(self.template, str) or self.template.count("{}") != 1:
+            raise ValueError(
+                f"EnvironmentSecret.template must hold one '{{}}', got {self.template!r}"
+            )
+
+    def resolve(self) -> str:
+        """The value now; ``LookupError`` naming the variable when it is unset or empty."""
+        value = os.environ.get(self.name)
+        if not value:
+            raise LookupError(f"environment variable {self.name} is not set (EnvironmentSecret)")
+        return self.template.replace("{}", value)
+
+
+HeaderValue: TypeAlias = str | EnvironmentSecret
+"""A literal header value (stored with the Flow) or an environment reference (not)."""
+
+
+def resolve_headers(headers: Mapping[str, HeaderValue]) -> dict[str, str]:
+    """The headers to send, each ``EnvironmentSecret`` read from the environment now."""
+    return {k: v.resolve() if isinstance(v, EnvironmentSecret) else v for k, v in headers.items()}
 
 
 def _check_name(owner: str, name: object) -> None:
@@ -79,7 +128,9 @@ class McpStreamableHttpServerConfig:
         McpStreamableHttpServerConfig(
             name="tickets",
             url="https://tickets.example.com/mcp",
-            headers={"Authorization": f"Bearer {os.environ['TICKETS_TOKEN']}"},
+            headers={
+                "Authorization": EnvironmentSecret(name="TICKETS_TOKEN", template="Bearer {}")
+            },
         )
     """
 
@@ -87,8 +138,10 @@ class McpStreamableHttpServerConfig:
     """The server's name: the prefix of its tool names (``<name>__<tool>``); unique per source."""
     url: str
     """The MCP endpoint, ``http://`` or ``https://``."""
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    headers: Mapping[str, HeaderValue] = field(default_factory=dict, repr=False)
     """Headers sent with every request, such as ``Authorization``; empty for none.
+    A literal value is stored with the Flow (it is pickled by value); give
+    credentials as an ``EnvironmentSecret``, read where the tool Step runs.
     Left out of ``repr`` because they often hold credentials."""
     trusts_tool_annotations: bool | None = None
     """Whether this server's annotations and Dex ``_meta`` keys set effects;
@@ -101,9 +154,13 @@ class McpStreamableHttpServerConfig:
                 f"McpStreamableHttpServerConfig.url must start with http:// or https:// "
                 f"({self.name}), got {self.url!r}"
             )
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()):
+        if not all(
+            isinstance(k, str) and isinstance(v, str | EnvironmentSecret)
+            for k, v in self.headers.items()
+        ):
             raise TypeError(
-                f"McpStreamableHttpServerConfig.headers must map str to str ({self.name})"
+                "McpStreamableHttpServerConfig.headers must map str to str or "
+                f"EnvironmentSecret ({self.name})"
             )
         object.__setattr__(self, "headers", dict(self.headers))
         _check_trust("McpStreamableHttpServerConfig", self.trusts_tool_annotations)

@@ -34,7 +34,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict
 
-from dex_agents_ray.mcp._config import McpServerConfig, McpStdioServerConfig
+from dex_agents_ray.mcp._config import McpServerConfig, McpStdioServerConfig, resolve_headers
 from dex_agents_ray.mcp._errors import McpConnectionError
 
 __all__ = [
@@ -302,7 +302,7 @@ def _build_client(
             read=max(settings.request_timeout, settings.connection_timeout) + 5.0,
         )
         http_client = httpx2.AsyncClient(
-            headers=dict(server.headers),
+            headers=resolve_headers(server.headers),
             timeout=timeout,
             event_hooks={"response": [answers.record]},
         )

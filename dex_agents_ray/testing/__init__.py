@@ -1,5 +1,11 @@
-"""Test helpers users can use too: gates, invocation counts, crash injection, a scripted
-model, and a session driven past a small context window."""
+"""Test helpers users can use too: the spec's testing kit (``AgentTestStack``,
+``wait_until``, ``wait_for_agent_snapshot``, ``read_step_history``), gates,
+invocation counts, crash injection, a scripted model, and a session driven past a
+small context window. The chaos campaign is ``dex_agents_ray.testing.chaos``.
+
+The spec's ``run_agent_worker`` has no counterpart: sessions and tools run in
+Ray actors the engine names and Ray restarts, not in a Worker child process, so
+``worker.kill()`` + ``start_worker()`` is ``AgentTestStack.kill_session_host``."""
 
 from dex_agents_ray.builtin_loop import ScriptedModelClient
 from dex_agents_ray.engine import EXECUTE_COMPLETED_EVENT
@@ -9,9 +15,16 @@ from dex_agents_ray.testing._scenarios import (
     ContextWindowScenarioResult,
     ContextWindowSessionScenario,
 )
+from dex_agents_ray.testing._stack import (
+    AgentTestStack,
+    read_step_history,
+    wait_for_agent_snapshot,
+    wait_until,
+)
 
 __all__ = [
     "EXECUTE_COMPLETED_EVENT",
+    "AgentTestStack",
     "ContextWindowScenarioResult",
     "ContextWindowSessionScenario",
     "FileGate",
@@ -20,4 +33,7 @@ __all__ = [
     "gate_before_ack_env",
     "kill_flow_actor",
     "kill_process",
+    "read_step_history",
+    "wait_for_agent_snapshot",
+    "wait_until",
 ]

@@ -29,6 +29,7 @@ EXPORTS = [
     "TOOL_EFFECT_META_KEY",
     "TOOL_OUTCOME_META_KEY",
     "DeferredToolHandler",
+    "EnvironmentSecret",
     "McpConnectionError",
     "McpServerConfig",
     "McpStdioServerConfig",

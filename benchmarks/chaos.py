@@ -1,0 +1,150 @@
+"""The long chaos campaign: >= 500 faults on SQLite and on PostgreSQL.
+
+Runs ``dex_agents_ray.testing.chaos.ChaosCampaign`` over the campaign agent of
+``tests/chaos/agents.py`` (every tool effect, an approval, a tool question and
+``ask_user``, a durable wait with passivation, a tool task) on each store in
+turn: ``--sessions`` sessions at a time, ``--faults`` faults each, one every
+``--every`` seconds (drawn from the seed). On SQLite the faults are SIGKILLs of
+session hosts, tool executors and the scheduler; on a throwaway PostgreSQL 15
+server (``scripts/services`` installs it) also crash-restarts of the server
+(``pg_ctl restart -m immediate``) and every store connection terminated.
+
+Printed per store: faults by kind, sessions, turns, violations (the goal is
+0), the time from each fault to the next completed turn, and the fault log's
+length; ``--log`` writes every fault of both campaigns to a file.
+
+    .venv/bin/python benchmarks/chaos.py [--faults 500] [--sessions 4] [--seed 500]
+        [--stores sqlite postgres] [--every 0.2 0.8] [--log faults.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(_REPO), os.environ.get("PYTHONPATH", "")) if p
+)
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+async def _campaign(store: Any, args: argparse.Namespace, restart: Any, name: str) -> Any:
+    from dex_agents_ray.engine import FlowEngine
+    from dex_agents_ray.testing.chaos import DEFAULT_FAULT_WEIGHTS, ChaosCampaign, FaultKind
+    from tests.chaos.agents import TURNS, build_campaign_flow, invocations
+
+    state_dir = Path(tempfile.mkdtemp(prefix=f"dex-chaos-{name}-"))
+    flow = build_campaign_flow(state_dir, flow_type=f"Chaos{name.title()}")
+    namespace = f"chaos-{name}-{uuid.uuid4().hex[:6]}"
+    engine = await FlowEngine.start(
+        [flow], store=store, namespace=namespace, passivate_after=timedelta(seconds=1)
+    )
+    weights = dict(DEFAULT_FAULT_WEIGHTS)
+    if restart is not None:
+        weights[FaultKind.POSTGRES_RESTART] = 1.0
+        weights[FaultKind.STORE_CONNECTIONS] = 1.0
+    low, high = args.every
+    campaign = ChaosCampaign(
+        engine=engine,
+        flow=flow,
+        turns=TURNS,
+        sessions=args.sessions,
+        faults=args.faults,
+        seed=args.seed,
+        fault_weights=weights,
+        interval=(timedelta(seconds=low), timedelta(seconds=high)),
+        invocations=lambda: invocations(state_dir),
+        restart_postgres=restart,
+        session_prefix=name,
+        max_sessions=100_000,
+    )
+    try:
+        return await campaign.run()
+    finally:
+        await engine.shutdown(stop_hosts=True)
+
+
+def _summary(name: str, report: Any) -> str:
+    recover = report.recovery_seconds()
+    median = recover[len(recover) // 2] if recover else float("nan")
+    p95 = recover[int(len(recover) * 0.95)] if recover else float("nan")
+    return (
+        f"\n{name}: seed {report.seed}, {report.seconds:.0f} s\n"
+        f"  faults injected: {len(report.injected)} "
+        f"(+{len(report.faults) - len(report.injected)} with no target), "
+        f"by kind {report.faults_by_kind}\n"
+        f"  sessions: {report.sessions}, turns: {report.turns}\n"
+        f"  time to the next completed turn after a fault: median {median:.2f} s, "
+        f"p95 {p95:.2f} s, max {max(recover, default=float('nan')):.2f} s\n"
+        f"  drain after the last fault: {report.drain_seconds:.1f} s\n"
+        f"  violations: {len(report.violations)}\n"
+        + "".join(f"    {v}\n" for v in report.violations)
+    )
+
+
+async def main(args: argparse.Namespace) -> int:
+    import psycopg
+    import ray
+
+    from tests.stores.postgres_server import find_bin_dir, running_server
+
+    logging.getLogger("psycopg").setLevel(logging.CRITICAL)
+    logging.getLogger("dex_agents_ray").setLevel(logging.CRITICAL)
+    from dex_agents_ray.engine._engine import task_worker_system_config
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _system_config=task_worker_system_config(),
+    )
+    reports = []
+    try:
+        if "sqlite" in args.stores:
+            store = Path(tempfile.mkdtemp(prefix="dex-chaos-store-")) / "engine.db"
+            reports.append(("sqlite", await _campaign(store, args, None, "sqlite")))
+            print(_summary(*reports[-1]), flush=True)
+        if "postgres" in args.stores:
+            bin_dir = find_bin_dir()
+            if bin_dir is None:
+                raise SystemExit("PostgreSQL is not installed: run scripts/services")
+            with running_server(bin_dir) as server:
+                database = f"chaos_{uuid.uuid4().hex[:8]}"
+                with psycopg.connect(server.dsn(), autocommit=True) as conn:
+                    conn.execute(f"CREATE DATABASE {database}")
+
+                async def restart() -> None:
+                    await asyncio.to_thread(server.restart, "immediate")
+
+                report = await _campaign(server.dsn(database), args, restart, "postgres")
+                reports.append(("postgres", report))
+                print(_summary(*reports[-1]), flush=True)
+    finally:
+        ray.shutdown()
+    if args.log:
+        Path(args.log).write_text(  # noqa: ASYNC240 - once, after the campaigns
+            "".join(f"== {name}\n{report}\n" for name, report in reports), encoding="utf-8"
+        )
+    return 1 if any(r.violations for _, r in reports) else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--faults", type=int, default=500)
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=500)
+    parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres"])
+    parser.add_argument("--every", type=float, nargs=2, default=(0.2, 0.8), metavar=("MIN", "MAX"))
+    parser.add_argument("--log", default=None)
+    sys.exit(asyncio.run(main(parser.parse_args())))

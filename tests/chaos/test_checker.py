@@ -163,6 +163,33 @@ def test_a_result_event_of_a_failed_attempt_is_counted_not_a_violation() -> None
     ]
 
 
+def test_a_lone_uncommitted_result_counts_only_when_the_record_agrees() -> None:
+    # p1's only result event came from an attempt the history shows failed (its host
+    # died after the event rode in another commit); a retry committed the call
+    # without writing one.
+    def record_with(status: AgentToolCallStatus) -> CampaignRecord:
+        record = clean_record()
+        session = record.sessions[SID]
+        session.events = [
+            replace(e, step_execution_id="PollToolTask-2")
+            if e.type is AgentEventType.TOOL_CALL_FINISHED and e.payload["tool_call_id"] == "p1"
+            else e
+            for e in session.events
+        ]
+        session.history.append(
+            replace(
+                _completed("PollToolTask-2"), event_type="attempt_failed", detail={"attempt": 1}
+            )
+        )
+        key = ("turn-1", "p1")
+        session.tool_calls[key] = replace(session.tool_calls[key], status=status)
+        return record
+
+    assert check_invariants(record_with(AgentToolCallStatus.SUCCEEDED)) == []
+    failed = check_invariants(record_with(AgentToolCallStatus.FAILED))
+    assert "4 one result" in _invariants(failed)  # the stream said succeeded, the record failed
+
+
 def test_a_record_seen_in_flight_is_no_violation() -> None:
     record = clean_record()
     calls = record.sessions[SID].tool_calls

@@ -115,7 +115,11 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
             path=str(SCREENSHOTS / "inspector-session-question.png"), full_page=True
         )
         await card.locator("button.choice", has_text="savings").click()
-        await page.locator("li.message.assistant", has_text="savings").wait_for()
+        # The stored answer (not the streaming preview of it, nor the ask_user call,
+        # whose choices also say "savings").
+        answer = page.locator("li.message.assistant:not(.streaming)", has_text="I will use")
+        await answer.wait_for()
+        assert "savings" in await answer.inner_text()
         await card.wait_for(state="detached")
 
         # Message text is text: the <script> is shown, never run, never an element.

@@ -91,6 +91,7 @@ def _check_calls(
         key: str(call.effect) for key, call in session.tool_calls.items()
     }
     finished: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
+    uncommitted: dict[tuple[str, str], set[str]] = {}
     failed = failed_attempts(session)
     for event in session.events:
         key = (event.turn_id or "", str(event.payload.get("tool_call_id")))
@@ -98,7 +99,9 @@ def _check_calls(
             effects[key] = str(event.payload.get("effect"))
         elif event.type is AgentEventType.TOOL_CALL_FINISHED:
             if (event.step_execution_id, event.attempt) in failed:
-                continue  # an attempt that never committed (see uncommitted_results)
+                # An attempt that never committed (see uncommitted_results).
+                uncommitted.setdefault(key, set()).add(str(event.payload.get("status")))
+                continue
             finished.setdefault(key, []).append(
                 (str(event.payload.get("status")), event.step_execution_id, event.attempt)
             )
@@ -111,6 +114,14 @@ def _check_calls(
             yield I4_RESULT, f"{name} ran {ran} time(s) but was never deferred"
             continue
         results = finished.get(key, [])
+        final = session.tool_calls.get(key)
+        if not results and final is not None and final.is_final:
+            # The only result event came from an attempt that did not commit, and it
+            # announced the status the durable record holds: the stream (best effort)
+            # showed one result, the right one.
+            statuses = uncommitted.get(key, set())
+            if statuses == {final.status.value}:
+                results = [(final.status.value, "(uncommitted attempt)", 0)]
         # Streams are best effort (the spec's words): an attempt whose commit
         # failed may have written its events already. Those of attempts the
         # history shows failed are left out above; one Step execution may still

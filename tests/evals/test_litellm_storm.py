@@ -87,10 +87,10 @@ async def test_a_429_storm_from_the_provider_slows_cases_and_fails_none(
     stats = await EvalModelLimiter("eval.storm-llm", {}, namespace=namespace).stats()
     assert stats["default"]["rate_limited"] == STORM and stats["default"]["cuts"] >= 1
     # The server's view: once the limiter heard of a 429, nobody called again within
-    # Retry-After (a call it granted just before may still arrive in the first half
-    # second: LiteLLM takes that long to send a request in a busy host here).
+    # Retry-After (a call it granted just before may still arrive in the first second:
+    # LiteLLM took up to 0.63 s to send a granted request in a busy host here).
     for reported in stats["default"]["reported_at"]:
-        early = [t for t in times if reported + 0.5 < t < reported + RETRY_AFTER - 0.1]
+        early = [t for t in times if reported + 1.0 < t < reported + RETRY_AFTER - 0.1]
         assert not early, ([round(t - times[0], 3) for t in times], reported - times[0])
     # ... and never more than the bucket allows in any second.
     for start in times:

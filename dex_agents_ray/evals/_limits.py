@@ -143,6 +143,8 @@ class _ModelState:
         self.cuts = 0
         self.reports: list[float] = []
         """When the newest 429s were reported (wall clock, for tests and status)."""
+        self.grants: list[float] = []
+        """When the newest calls were granted (wall clock, for tests and status)."""
 
     def advance(self, now: float) -> None:
         elapsed = max(0.0, now - self.updated)
@@ -188,6 +190,8 @@ class _RateLimiterActor:
         if state.tokens is not None:
             state.tokens.level -= min(float(tokens), state.tokens.capacity)
         state.granted += 1
+        state.grants.append(time.time())
+        del state.grants[:-100]
         return 0.0
 
     def settle(self, model: str, extra_tokens: int, limit: Mapping[str, Any]) -> None:
@@ -224,6 +228,7 @@ class _RateLimiterActor:
                 "rate_limited": s.rate_limited,
                 "cuts": s.cuts,
                 "reported_at": list(s.reports),
+                "granted_at": list(s.grants),
             }
             for model, s in self._models.items()
         }
@@ -352,7 +357,8 @@ class EvalModelLimiter:
 
     async def stats(self) -> dict[str, dict[str, Any]]:
         """Per model: the rate factor, calls granted, 429s reported, cuts, and when
-        the newest 429s were reported (``reported_at``, seconds since the epoch)."""
+        the newest 429s were reported and calls granted (``reported_at`` and
+        ``granted_at``, seconds since the epoch, the newest 100 of each)."""
         result: dict[str, dict[str, Any]] = await self.actor().stats.remote()
         return result
 

@@ -163,11 +163,11 @@ def test_a_result_event_of_a_failed_attempt_is_counted_not_a_violation() -> None
     ]
 
 
-def test_a_lone_uncommitted_result_counts_only_when_the_record_agrees() -> None:
-    # p1's only result event came from an attempt the history shows failed (its host
-    # died after the event rode in another commit); a retry committed the call
-    # without writing one.
-    def record_with(status: AgentToolCallStatus) -> CampaignRecord:
+def test_a_failed_wait_for_does_not_make_the_execute_attempt_uncommitted() -> None:
+    # PollToolTask's wait_for failed once (its executor died while it ran), then
+    # execute attempt 1 committed the result: the history's "attempt_failed" with
+    # attempt 1 is wait_for's, and the event of execute attempt 1 is the one result.
+    def record_with(method: str) -> CampaignRecord:
         record = clean_record()
         session = record.sessions[SID]
         session.events = [
@@ -178,16 +178,20 @@ def test_a_lone_uncommitted_result_counts_only_when_the_record_agrees() -> None:
         ]
         session.history.append(
             replace(
-                _completed("PollToolTask-2"), event_type="attempt_failed", detail={"attempt": 1}
+                _completed("PollToolTask-2"),
+                event_type="attempt_failed",
+                detail={"method": method, "attempt": 1},
             )
         )
-        key = ("turn-1", "p1")
-        session.tool_calls[key] = replace(session.tool_calls[key], status=status)
         return record
 
-    assert check_invariants(record_with(AgentToolCallStatus.SUCCEEDED)) == []
-    failed = check_invariants(record_with(AgentToolCallStatus.FAILED))
-    assert "4 one result" in _invariants(failed)  # the stream said succeeded, the record failed
+    assert check_invariants(record_with("wait_for")) == []
+    assert uncommitted_results(record_with("wait_for")) == []
+    failed = check_invariants(record_with("execute"))  # that attempt never committed
+    assert _invariants(failed) == ["4 one result"]
+    assert uncommitted_results(record_with("execute")) == [
+        f"{SID}: turn-1/p1 succeeded from failed attempt PollToolTask-2#1"
+    ]
 
 
 def test_a_record_seen_in_flight_is_no_violation() -> None:

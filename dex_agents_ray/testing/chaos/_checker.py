@@ -91,7 +91,6 @@ def _check_calls(
         key: str(call.effect) for key, call in session.tool_calls.items()
     }
     finished: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
-    uncommitted: dict[tuple[str, str], set[str]] = {}
     failed = failed_attempts(session)
     for event in session.events:
         key = (event.turn_id or "", str(event.payload.get("tool_call_id")))
@@ -99,9 +98,7 @@ def _check_calls(
             effects[key] = str(event.payload.get("effect"))
         elif event.type is AgentEventType.TOOL_CALL_FINISHED:
             if (event.step_execution_id, event.attempt) in failed:
-                # An attempt that never committed (see uncommitted_results).
-                uncommitted.setdefault(key, set()).add(str(event.payload.get("status")))
-                continue
+                continue  # an attempt that never committed (see uncommitted_results)
             finished.setdefault(key, []).append(
                 (str(event.payload.get("status")), event.step_execution_id, event.attempt)
             )
@@ -114,14 +111,6 @@ def _check_calls(
             yield I4_RESULT, f"{name} ran {ran} time(s) but was never deferred"
             continue
         results = finished.get(key, [])
-        final = session.tool_calls.get(key)
-        if not results and final is not None and final.is_final:
-            # The only result event came from an attempt that did not commit, and it
-            # announced the status the durable record holds: the stream (best effort)
-            # showed one result, the right one.
-            statuses = uncommitted.get(key, set())
-            if statuses == {final.status.value}:
-                results = [(final.status.value, "(uncommitted attempt)", 0)]
         # Streams are best effort (the spec's words): an attempt whose commit
         # failed may have written its events already. Those of attempts the
         # history shows failed are left out above; one Step execution may still
@@ -211,10 +200,13 @@ def repeated_events(record: CampaignRecord) -> list[str]:
 
 
 def failed_attempts(session: SessionRecord) -> set[tuple[str, int]]:
-    """``(step_execution_id, attempt)`` of every attempt the Step history shows failed."""
+    """``(step_execution_id, attempt)`` of every ``execute`` attempt the Step
+    history shows failed. A failed ``wait_for`` is left out: it counts its own
+    attempts, and its attempt 1 is not ``execute``'s (whose events carry the
+    ``execute`` attempt)."""
     found: set[tuple[str, int]] = set()
     for entry in session.history:
-        if entry.event_type == "attempt_failed":
+        if entry.event_type == "attempt_failed" and entry.detail.get("method") != "wait_for":
             attempt = entry.final_attempt or entry.detail.get("attempt")
             if isinstance(attempt, int):
                 found.add((entry.step_execution_id, attempt))

@@ -138,7 +138,20 @@ def _matches(value: object, hint: object) -> bool:
 
 
 class _SharedDecodingJsonCodec(_EngineJsonCodec):
-    """A ``JsonCodec`` that hands out one decoded value per JSON text."""
+    """A ``JsonCodec`` that hands out one decoded value per JSON text.
+
+    Encoding a value of exactly the class also keeps it for its text: the next
+    Step in this process that reads what an earlier one wrote gets that object
+    without parsing it (the shared classes rebuild their declared field types on
+    construction, so the value is what decoding its text would give)."""
+
+    def encode(self, value: Any) -> Value:
+        encoded = super().encode(value)
+        data = encoded.data
+        if type(value) is self.expected_type and isinstance(data, str):
+            if len(data) <= _SHARED_MAX_PAYLOAD:
+                _keep((self.expected_type, data), value)
+        return encoded
 
     def decode(self, value: Value) -> Any:
         data = value.data
@@ -151,15 +164,21 @@ class _SharedDecodingJsonCodec(_EngineJsonCodec):
                 _shared_values.move_to_end(key)
                 return hit
         decoded = super().decode(value)
-        global _shared_chars
-        with _shared_lock:
-            if key not in _shared_values:
-                _shared_values[key] = decoded
-                _shared_chars += len(data)
-                while _shared_chars > _SHARED_CACHE_BYTES:
-                    (_, old), _ = _shared_values.popitem(last=False)
-                    _shared_chars -= len(old)
+        _keep(key, decoded)
         return decoded
+
+
+def _keep(key: tuple[object, str], value: Any) -> None:
+    global _shared_chars
+    with _shared_lock:
+        if key in _shared_values:
+            _shared_values.move_to_end(key)
+            return
+        _shared_values[key] = value
+        _shared_chars += len(key[1])
+        while _shared_chars > _SHARED_CACHE_BYTES:
+            (_, old), _ = _shared_values.popitem(last=False)
+            _shared_chars -= len(old)
 
 
 _shared_lock = threading.Lock()
@@ -196,15 +215,23 @@ def _decoder(type_hint: object) -> Decoder:
 
 def _dataclass_decoder(cls: type[Any]) -> Decoder:
     name = _type_name(cls)
-    plan: list[tuple[str, object]] = []
+    plan: list[tuple[str, Decoder | None]] = []
 
     def decode(value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError(f"{name} requires a JSON object")
         if not plan:
+            # Each field's decoder, found once (``None``: the JSON value as it is).
+            # A nested dataclass's decoder plans its own fields when first used.
             hints = typing.get_type_hints(cls)
-            plan[:] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]
-        return cls(**{field: _decoder(hint)(value[field]) for field, hint in plan})
+            found = [(f.name, _decoder(hints[f.name])) for f in dataclasses.fields(cls)]
+            plan[:] = [(field, None if d is _identity else d) for field, d in found]
+        return cls(
+            **{
+                field: value[field] if decoder is None else decoder(value[field])
+                for field, decoder in plan
+            }
+        )
 
     return decode
 
@@ -220,7 +247,11 @@ def _encode(value: Any) -> Any:
     if kind is dict:
         return {key: _encode(item) for key, item in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in _fields(type(value))}
+        data = {}
+        for name in _field_names(type(value)):
+            item = getattr(value, name)
+            data[name] = item if type(item) in _SCALARS else _encode(item)
+        return data
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, Enum):
@@ -236,8 +267,8 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @functools.lru_cache(maxsize=4096)
-def _fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
-    return dataclasses.fields(cls)
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _decode_datetime(value: Any) -> datetime:

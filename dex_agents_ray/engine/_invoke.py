@@ -265,6 +265,9 @@ class _ParsedValues(Mapping[str, pb.Value]):
         return len(self._stored)
 
 
+_MISSING: Any = object()
+
+
 class _EngineContext(InvocationContext):
     """The SDK's Context with ``recovery_error.attempt_progress``, and, given
     ``attribute_values``, Attributes parsed and decoded as they are read."""
@@ -279,6 +282,10 @@ class _EngineContext(InvocationContext):
         super().__init__(*args, **kwargs)
         self._attempt_progress = attempt_progress
         self._view = attribute_values
+        self._own: dict[str, Any] = {}
+        """Values of deeply immutable types this invocation wrote (the objects it
+        set) or, without ``attribute_values``, decoded: each read after the first
+        answers from here."""
         if attribute_values is not None:
             # The SDK only reads this mapping (``get``, ``in``, iteration).
             self._attributes = cast(dict[str, pb.Value], _ParsedValues(attribute_values.stored))
@@ -286,12 +293,20 @@ class _EngineContext(InvocationContext):
     def _get_attribute(
         self, definition: Attribute[Any] | AttributeMap[Any], instance: str | None
     ) -> Any:
-        view = self._view
-        if view is None or not deeply_immutable(definition.value_type):
+        if not deeply_immutable(definition.value_type):
             return super()._get_attribute(definition, instance)
         self._require_registered(definition)
         self._require_attribute_map_instance_loaded(definition, instance)
         key = self._physical_name(definition, instance)
+        own = self._own.get(key, _MISSING)
+        if own is not _MISSING:
+            return own
+        view = self._view
+        if view is None:
+            value = super()._get_attribute(definition, instance)
+            if key not in self.attribute_writes:
+                self._own[key] = value
+            return value
         stored = view.stored.get(key)
         if stored is None or key in self.attribute_writes:
             return super()._get_attribute(definition, instance)
@@ -301,6 +316,22 @@ class _EngineContext(InvocationContext):
         value = super()._get_attribute(definition, instance)
         view.decoded[key] = (stored, definition.value_type, value)
         return value
+
+    def _set_attribute(
+        self, definition: Attribute[Any] | AttributeMap[Any], instance: str | None, value: Any
+    ) -> None:
+        super()._set_attribute(definition, instance, value)  # encodes: refuses a bad value
+        key = self._physical_name(definition, instance)
+        if type(value) is definition.value_type and deeply_immutable(definition.value_type):
+            self._own[key] = value  # a later read gets what was written, not a decode of it
+        else:
+            self._own.pop(key, None)
+
+    def _delete_attribute(
+        self, definition: Attribute[Any] | AttributeMap[Any], instance: str | None
+    ) -> None:
+        super()._delete_attribute(definition, instance)
+        self._own.pop(self._physical_name(definition, instance), None)
 
     @staticmethod
     def _physical_name(definition: Any, instance: str | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -20,21 +20,50 @@ from typing import Any
 __all__ = ["coerce_fields"]
 
 
-_PLANS: dict[type[Any], list[tuple[str, Any, frozenset[type[Any]]]]] = {}
+_COERCERS: dict[type[Any], Callable[[object], None]] = {}
 
 
-def _plan(cls: type[Any]) -> list[tuple[str, Any, frozenset[type[Any]]]]:
-    """Per field: its name, its hint, and the exact types a value may already have
-    to need no coercion (empty for hints that need a look inside)."""
-    cached = _PLANS.get(cls)
-    if cached is None:
-        hints = typing.get_type_hints(cls)
-        cached = [
-            (field.name, hints[field.name], _exact_types(hints[field.name]))
-            for field in dataclasses.fields(cls)
+def coerce_fields(instance: object) -> None:
+    """Replace each field of a frozen dataclass with its value in the declared type."""
+    cls: type[Any] = type(instance)
+    coerce = _COERCERS.get(cls)
+    if coerce is None:
+        coerce = _COERCERS[cls] = _compile(cls)
+    coerce(instance)
+
+
+def _compile(cls: type[Any]) -> Callable[[object], None]:
+    """``cls``'s coercion as one function with a line per field (every value of
+    the session's wire types passes here): a value whose exact type the hint
+    names, and an empty tuple for a ``tuple[...]`` field, pass as they are;
+    others go through :func:`_coerce`. ``Any`` fields are left alone."""
+    hints = typing.get_type_hints(cls)
+    namespace: dict[str, Any] = {"_coerce": _coerce, "_set": object.__setattr__}
+    lines = ["def coerce(instance):"]
+    for index, field in enumerate(dataclasses.fields(cls)):
+        hint = hints[field.name]
+        if hint is Any:
+            continue
+        exact = _exact_types(hint)
+        namespace[f"_hint{index}"] = hint
+        namespace[f"_exact{index}"] = exact
+        if exact:
+            test = f"type(value) not in _exact{index}"
+        elif typing.get_origin(hint) is tuple:
+            test = "type(value) is not tuple or value"
+        else:
+            test = "True"
+        lines += [
+            f"    value = instance.{field.name}",
+            f"    if {test}:",
+            f"        coerced = _coerce(value, _hint{index})",
+            "        if coerced is not value:",
+            f"            _set(instance, {field.name!r}, coerced)",
         ]
-        _PLANS[cls] = cached
-    return cached
+    lines.append("    return None")
+    exec("\n".join(lines), namespace)  # noqa: S102 - the code is built from field names
+    coerce: Callable[[object], None] = namespace["coerce"]
+    return coerce
 
 
 def _exact_types(hint: Any) -> frozenset[type[Any]]:
@@ -49,18 +78,6 @@ def _exact_types(hint: Any) -> frozenset[type[Any]]:
         ]
         return frozenset().union(*parts) if all(parts) else frozenset()
     return frozenset()
-
-
-def coerce_fields(instance: object) -> None:
-    """Replace each field of a frozen dataclass with its value in the declared type."""
-    cls: type[Any] = type(instance)
-    for name, hint, exact in _plan(cls):
-        value = getattr(instance, name)
-        if type(value) in exact:
-            continue
-        coerced = _coerce(value, hint)
-        if coerced is not value:
-            object.__setattr__(instance, name, coerced)
 
 
 def _coerce(value: Any, hint: Any) -> Any:  # noqa: C901 - one branch per type form

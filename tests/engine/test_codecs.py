@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, NamedTuple
@@ -176,3 +176,27 @@ def test_only_values_nobody_can_change_may_be_shared() -> None:
     with pytest.raises(TypeError, match=r"HoldsAList.items: list\[str\]"):
         share_decoded_values(HoldsAList)
     assert not isinstance(CachingCodecRegistry().resolve(Node), _SharedDecodingJsonCodec)
+
+
+def test_an_encoded_shared_value_is_what_decoding_its_text_gives_back() -> None:
+    # A Step that reads what an earlier Step in its process wrote gets the object
+    # written: it must equal what decoding the stored text gives (the SDK's way).
+    written = AgentToolCall(
+        tool_call_id="c1",
+        turn_id="turn-1",
+        tool_name="refund",
+        arguments='{"amount": 5}',
+        effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+        requires_approval=True,
+        status=AgentToolCallStatus.AWAITING_APPROVAL,
+        deferral_order=2,
+        choices=["yes", "no"],  # a list given for a tuple field: the class makes it a tuple
+        created_at=datetime(2026, 12, 1, 10, 30, tzinfo=UTC),
+    )
+    ours = CachingCodecRegistry().resolve(AgentToolCall)
+    wire = ours.encode(written)
+    assert ours.decode(wire) is written
+    assert CodecRegistry().resolve(AgentToolCall).decode(wire) == written
+    # Only the exact class is kept: a decode of other text is a new object.
+    other = CodecRegistry().resolve(AgentToolCall).encode(replace(written, deferral_order=3))
+    assert ours.decode(other) is not written

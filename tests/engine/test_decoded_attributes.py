@@ -76,5 +76,12 @@ async def test_reads_share_immutable_values_and_copy_mutable_ones(engine_factory
     assert report["box"] == ["a"]
     assert report["before_rewrite"] == 1
     assert report["staged"] == 2
+    assert report["staged_same_object"] is True  # a read after a write: the object written
+    assert report["mutable_copied"] == ["b"]
     assert report["after_rewrite"] == [2, ["b"]]
     assert report["deleted"] is True
+    # On an executor: the second read reuses the first's value, a read after a
+    # write gets the object written, and the write commits.
+    assert report["remote_same_object"] is True
+    assert report["remote_reads_own_write"] is True
+    assert report["remote_point"] == 11

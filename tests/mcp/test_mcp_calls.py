@@ -63,7 +63,6 @@ async def tools(mcp_http: HttpMcpServer) -> McpToolSource:
     listed = source(
         [McpStreamableHttpServerConfig(name="t", url=mcp_http.url)],
         media_store=InMemoryMediaStore(),
-        request_timeout=timedelta(seconds=1),
     )
     await listed.list_tools()
     return listed
@@ -168,8 +167,13 @@ async def test_calls_never_sent_fail_and_broken_calls_are_interrupted(
         ToolExecutionError, match="could not connect to MCP server down in 3 attempts"
     ):
         await unreachable.execute_deferred_tool_call(replace(call, tool_call=offline))
+    impatient = source(
+        [McpStreamableHttpServerConfig(name="t", url=mcp_http.url)],
+        request_timeout=timedelta(seconds=1),  # the slow tool takes 30 s
+    )
+    await impatient.list_tools()
     with pytest.raises(McpToolCallInterruptedError, match="MCP error -32001"):
-        await tools.execute_deferred_tool_call(deferred(tools, "t__slow"))  # request_timeout
+        await impatient.execute_deferred_tool_call(deferred(impatient, "t__slow"))
     assert mcp_http.state.called("slow")
 
 

@@ -22,6 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeAlias, TypeVar, cast
+from urllib.parse import unquote
 
 from dex import (
     Attribute,
@@ -54,6 +55,7 @@ from dex_agents_ray.engine._sdk import (
     NegotiatedServerProtocol,
     ValueMapper,
     WorkerDispatcher,
+    require_map_instance,
 )
 from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
 from dex_agents_ray.engine._sdk import RegisteredStep as _RegisteredStep
@@ -283,6 +285,8 @@ class _EngineContext(InvocationContext):
         self._attempt_progress = attempt_progress
         self._view = attribute_values
         self._own: dict[str, Any] = {}
+        self._map_keys: dict[str, list[str]] | None = None
+        """The stored AttributeMap keys by map name, found in one pass when first asked."""
         """Values of deeply immutable types this invocation wrote (the objects it
         set) or, without ``attribute_values``, decoded: each read after the first
         answers from here."""
@@ -333,6 +337,30 @@ class _EngineContext(InvocationContext):
         super()._delete_attribute(definition, instance)
         self._own.pop(self._physical_name(definition, instance), None)
 
+    def _attribute_map_keys(self, definition: AttributeMap[object]) -> tuple[str, ...]:
+        # The SDK scans every Attribute for each call (a session Step makes several).
+        if "/" in definition.name:
+            return super()._attribute_map_keys(definition)
+        self._require_registered(definition)
+        self._require_attribute_map_all_loaded(definition)
+        by_map = self._map_keys
+        if by_map is None:
+            by_map = {}
+            for key in self._attributes:
+                name, slash, _ = key.partition("/")
+                if slash:
+                    by_map.setdefault(name, []).append(key)
+            self._map_keys = by_map
+        prefix = f"{definition.name}/"
+        keys = set(by_map.get(definition.name, ()))
+        for key, write in self.attribute_writes.items():
+            if key.startswith(prefix):
+                if write.value.WhichOneof("kind") == "null_value":
+                    keys.discard(key)
+                else:
+                    keys.add(key)
+        return tuple(sorted(_map_instance(key[len(prefix) :]) for key in keys))
+
     @staticmethod
     def _physical_name(definition: Any, instance: str | None) -> str:
         # The SDK validates and URL-quotes the instance on every access (a session
@@ -350,6 +378,12 @@ class _EngineContext(InvocationContext):
             error_type=self._metadata.recovery_error.error_type,
             attempt_progress=self._attempt_progress,
         )
+
+
+@functools.lru_cache(maxsize=65536)
+def _map_instance(quoted: str) -> str:
+    instance: str = require_map_instance(unquote(quoted))
+    return instance
 
 
 @functools.lru_cache(maxsize=65536)

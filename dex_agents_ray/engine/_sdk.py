@@ -14,6 +14,7 @@ from dex._server_protocol import (
     HARD_DELETE_ATTRIBUTE_PROTOCOL_VERSION,
     NegotiatedServerProtocol,
 )
+from dex._utils import require_map_instance
 from dex._value_mapper import ValueMapper
 from dex._worker_dispatcher import WorkerDispatcher
 from dex.attribute import _apply_attribute_store_sync, _apply_hard_delete_on_null
@@ -31,6 +32,7 @@ __all__ = [
     "WorkerDispatcher",
     "apply_attribute_store_sync",
     "apply_hard_delete_on_null",
+    "require_map_instance",
     "supports_automatic_json",
     "type_name",
 ]

@@ -191,19 +191,24 @@ def append_messages(
         stored = AgentMessage.from_framework(
             message, sequence=last_sequence, turn_id=turn_id, created_at=now
         )
-        size = encoded_size(stored, context)
+        key = message_sequence_key(stored.sequence)
+        # Staged first and measured as staged: the message is encoded once.
+        AGENT_MESSAGES.set(context, key, stored)
+        size = stored_size(context, AGENT_MESSAGES, key)
+        if size is None:  # not this engine's Context
+            size = encoded_size(stored, context)
         if size > MAX_CHUNK_BYTES:
             raise ValueError(
                 f"message {last_sequence} is {size} bytes of JSON; the limit is {MAX_CHUNK_BYTES}"
             )
         if size > options.message_chunk_max_bytes:
+            AGENT_MESSAGES.delete(context, key)  # it goes into a chunk of its own instead
             # Chunks hold consecutive messages, so the window moves out first.
             while window:
                 chunks.append(_write_chunk(context, *window.take(_take_chunk(window, options))))
             chunks.append(_write_chunk(context, [stored], [size]))
             index_changed = True
             continue
-        AGENT_MESSAGES.set(context, message_sequence_key(stored.sequence), stored)
         window.add(stored, size)
     moved, moved_bytes = 0, 0
     while len(window) > options.message_window_size and moved < MAX_CHUNKS_PER_COMMIT:

@@ -187,3 +187,30 @@ async def test_blank_messages_start_no_turn_and_messages_page_across_chunks(
     clamped = await sessions.list_agent_messages("s-3", limit=0)
     assert [m.sequence for m in clamped.messages] == [8]
     assert [m.text for m in snapshot.messages[:2]] == ["message 1", "no tools"]
+
+
+async def test_a_message_larger_than_a_chunk_gets_a_chunk_of_its_own(
+    engine_factory: Any, state_dir: Path, store_path: Path
+) -> None:
+    options = AgentSessionOptions(message_window_size=10, message_chunk_max_bytes=1024)
+    flow = build_flow(state_dir, {}, options=options)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    big = "x" * 2000
+    await sessions.start_session("s-big", "small")
+    await snapshot_when(sessions, "s-big", turn_done(1))
+    assert await sessions.send_user_message("s-big", big)
+    await snapshot_when(sessions, "s-big", turn_done(2))
+
+    snapshot = await sessions.get_agent_snapshot("s-big")
+    assert [(m.sequence, m.text) for m in snapshot.messages] == [
+        (1, "small"),
+        (2, "no tools"),
+        (3, big),
+        (4, "no tools"),
+    ]
+    keys = _stored_keys(store_path, "s-big")
+    # The window moved out first (chunks hold consecutive messages), then the big one.
+    assert [k for k in keys if k.startswith("AgentMessages/")] == ["AgentMessages/000000000004"]
+    chunks = [k for k in keys if k.startswith("AgentMessageChunks/")]
+    assert chunks == ["AgentMessageChunks/000000000001", "AgentMessageChunks/000000000003"]

@@ -99,6 +99,8 @@ class RunDriver(AttemptRunner):
         self.last_activity = time.monotonic()
         """When a commit, a client call or a wait last touched the run."""
         self._premarked: set[str] = set()
+        self._finished: list[_Finished] = []
+        """Successful attempts waiting for their commit (see ``_commit_finished``)."""
         """Executions whose attempt-1 start this incarnation recorded before running it."""
         self.waiters = 0
         """Client calls in progress (starts, RPCs, stops, ``wait_closed`` long polls)."""
@@ -442,12 +444,13 @@ class RunDriver(AttemptRunner):
             if current is None:
                 return  # canceled while its start was being recorded
             outcome = await self._attempt(current, attempt, InvocationMethod.EXECUTE, options)
+            if outcome.result is not None and outcome.result.execute is not None:
+                await self._commit_finished(_Finished(record.exec_id, attempt, outcome.result))
+                return
             async with self.commit_lock:
                 if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                     return
-                if outcome.result is not None and outcome.result.execute is not None:
-                    await self._commit_execute(record.exec_id, outcome.result)
-                elif not outcome.acknowledged:
+                if not outcome.acknowledged:
                     # It never reached user code: undo a start marked at dispatch.
                     await self._execute_failed(
                         record.exec_id, attempt, options, outcome, unstarted=started_before
@@ -464,10 +467,56 @@ class RunDriver(AttemptRunner):
         stage_start(tx, exec_id, attempt, first_attempt_at)
         await self.commit(tx)
 
-    async def _commit_execute(self, exec_id: str, result: StepResult) -> None:
+    async def _commit_finished(self, finished: _Finished) -> None:
+        """Commit a successful ``execute`` attempt. Attempts of this run that finish
+        at the same moment (a fan-out's results coming back in one batch) commit in
+        one transaction: the first to take the commit lock commits every one queued,
+        each as its own commit would have (one whose execution stopped being current
+        meanwhile, or was cancelled by an earlier one in the batch, is left out)."""
+        self._finished.append(finished)
+        try:
+            await asyncio.sleep(0)  # the others that finished with it queue theirs
+            await self.commit_lock.acquire()
+        except asyncio.CancelledError:  # as before: a cancelled attempt commits nothing
+            if finished in self._finished:
+                self._finished.remove(finished)
+            raise
+        try:
+            if finished.done:
+                if finished.error is not None:
+                    raise finished.error
+                return
+            batch, self._finished = self._finished, []
+            staged = []
+            try:
+                tx = self.tx()
+                for item in batch:
+                    if self._is_current(
+                        item.exec_id, ExecStatus.READY, item.attempt, wait=False
+                    ) and self._still_ready(tx, item.exec_id):
+                        self._stage_execute(tx, item.exec_id, item.result)
+                        staged.append(item)
+                if staged:
+                    await self.commit(tx)
+            except BaseException as error:
+                # Every attempt of the batch ends as its own failed commit would have.
+                for item in batch:
+                    item.done, item.error = True, error
+                raise
+            for item in batch:
+                item.done = True
+            for item in staged:
+                record_step(item.exec_id, "completed")
+        finally:
+            self.commit_lock.release()
+
+    @staticmethod
+    def _still_ready(tx: Tx, exec_id: str) -> bool:
+        return tx.run.status is RunStatus.RUNNING and tx.current(exec_id).status is ExecStatus.READY
+
+    def _stage_execute(self, tx: Tx, exec_id: str, result: StepResult) -> None:
         response = result.execute
         assert response is not None and self.definition is not None
-        tx = self.tx()
         current = tx.current(exec_id)
         tx.write_attributes(response.upsert_attributes)
         tx.delete_messages(response.delete_from_channel, strict=False)
@@ -484,8 +533,6 @@ class RunDriver(AttemptRunner):
             result.extras,
             lambda v: values.decode(v, values.codec(str)),
         )
-        await self.commit(tx)
-        record_step(exec_id, "completed")
 
     async def _execute_failed(
         self,
@@ -590,3 +637,16 @@ def _events(response: Any) -> dict[str, Any]:
     if not response.record_events:
         return {}
     return {"events": [kv.key for kv in response.record_events]}
+
+
+class _Finished:
+    """A successful ``execute`` attempt on its way to the store."""
+
+    __slots__ = ("attempt", "done", "error", "exec_id", "result")
+
+    def __init__(self, exec_id: str, attempt: int, result: StepResult) -> None:
+        self.exec_id = exec_id
+        self.attempt = attempt
+        self.result = result
+        self.done = False
+        self.error: BaseException | None = None

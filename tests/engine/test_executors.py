@@ -53,6 +53,37 @@ async def test_500_queued_calls_all_run_once_and_queueing_is_not_timed(
     assert not [h for h in history if h.event == "attempt_failed"]
 
 
+async def test_calls_that_finish_together_commit_in_one_transaction(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    # Three calls of one batch come back in one reply (their executor waits a
+    # moment for batch-mates): their results commit together, and the join they
+    # satisfy starts in that same commit. A run whose calls came back apart (a
+    # stalled machine) commits them one by one, so up to three runs are tried.
+    flow = FanFlow()
+    engine = await engine_factory([flow])
+    grouped = []
+    for run in range(3):
+        flow_id = f"fan-group-{run}"
+        await engine.client.start_flow(flow, flow_id, Fan(str(state_dir), 3))
+        result = await engine.client.wait_for_flow(flow_id, timeout=120)
+        assert result.status is FlowStatus.COMPLETED
+        history = await engine.client.read_step_history(flow_id)
+        done = {
+            h.at
+            for h in history
+            if h.event_type == "step_completed" and h.step_type == "RemoteCall"
+        }
+        join = [h.at for h in history if h.step_type == "Join" and h.event_type == "wait_satisfied"]
+        grouped.append((len(done), join[0] in done))
+        if grouped[-1] == (1, True):
+            break
+    assert grouped[-1] == (1, True), grouped
+    assert sorted(InvocationLog(state_dir / "calls.log").entries()) == sorted(
+        f"{i}/1" for i in range(3) for _ in grouped
+    )
+
+
 async def test_a_batch_delivers_finished_calls_ahead_and_an_executor_death_fails_the_rest(
     engine_factory: Any, state_dir: Path, namespace: str
 ) -> None:

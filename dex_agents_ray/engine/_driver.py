@@ -99,9 +99,9 @@ class RunDriver(AttemptRunner):
         self.last_activity = time.monotonic()
         """When a commit, a client call or a wait last touched the run."""
         self._premarked: set[str] = set()
+        """Executions whose attempt-1 start this incarnation recorded before running it."""
         self._finished: list[_Finished] = []
         """Successful attempts waiting for their commit (see ``_commit_finished``)."""
-        """Executions whose attempt-1 start this incarnation recorded before running it."""
         self.waiters = 0
         """Client calls in progress (starts, RPCs, stops, ``wait_closed`` long polls)."""
 

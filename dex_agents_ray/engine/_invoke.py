@@ -285,11 +285,11 @@ class _EngineContext(InvocationContext):
         self._attempt_progress = attempt_progress
         self._view = attribute_values
         self._own: dict[str, Any] = {}
-        self._map_keys: dict[str, list[str]] | None = None
-        """The stored AttributeMap keys by map name, found in one pass when first asked."""
         """Values of deeply immutable types this invocation wrote (the objects it
         set) or, without ``attribute_values``, decoded: each read after the first
         answers from here."""
+        self._map_keys: dict[str, list[str]] | None = None
+        """The stored AttributeMap keys by map name, found in one pass when first asked."""
         if attribute_values is not None:
             # The SDK only reads this mapping (``get``, ``in``, iteration).
             self._attributes = cast(dict[str, pb.Value], _ParsedValues(attribute_values.stored))

@@ -338,8 +338,14 @@ async def _open(store: Path | str, variant: str) -> AsyncIterator[DexEngine]:
         for i in range(1000):
             names.setdefault(engine.placement.host_name(f"pool-{i}"), f"pool-{i}")
         await asyncio.gather(*(engine.host(flow_id).pid.remote() for flow_id in names.values()))
+    system = DexEngine(engine, flow, sessions)
+    if placement == "shared":
+        # ...and warm: one session on each host loads the Flow definition and the
+        # modules its Steps import there, as a long-lived pool has done long before
+        # (the workload's own warm-up sessions reach only the hosts they hash to).
+        await asyncio.gather(*(system.session(f"warm-{flow_id}") for flow_id in names.values()))
     try:
-        yield DexEngine(engine, flow, sessions)
+        yield system
     finally:
         await engine.shutdown(stop_hosts=True)
         ray.shutdown()

@@ -148,6 +148,9 @@ class EngineClient:
         self._values = engine.values
         self._read_ahead: OrderedDict[tuple[str, str, int], list[StreamRecord]] = OrderedDict()
         self._known_runs: OrderedDict[str, None] = OrderedDict()
+        self._live_tails: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        """Stream positions a long poll answered as the newest then: a reader
+        there polls the host again at once (a store read would find nothing)."""
         """Flow IDs with a run (never deleted): a long poll on them skips the check."""
         """Stream messages read past the one returned, keyed by the run, the
         Stream and the offset they follow (a reader's next resume token)."""
@@ -444,7 +447,11 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         checked = False
-        records = self._read_ahead.pop((flow_id, stream.name, after), None)
+        position = (flow_id, stream.name, after)
+        records = self._read_ahead.pop(position, None)
+        if records is None and position in self._live_tails:
+            del self._live_tails[position]
+            records = []  # the host answers at once if more came meanwhile
         if records is None:
             records = await self._engine.store.read_stream(
                 _require_id(flow_id), stream.name, after, READ_AHEAD
@@ -481,6 +488,10 @@ class EngineClient:
             wait = 5.0 if remaining is None else min(remaining, 5.0)
             # The long poll answers with the records themselves.
             records = await self._call(flow_id, "wait_stream", stream.name, after, READ_AHEAD, wait)
+            if 0 < len(records) < READ_AHEAD:
+                self._live_tails[(flow_id, stream.name, records[-1].offset)] = None
+                while len(self._live_tails) > READ_AHEAD_KEYS:
+                    self._live_tails.popitem(last=False)
 
     async def list_stream_messages(
         self, flow_id: str, stream: Stream[Any], page_size: int, before_page_token: str = ""

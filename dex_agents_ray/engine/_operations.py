@@ -95,7 +95,7 @@ async def start_run(driver: RunDriver, request: StartRequest) -> str:
             started_at=float(int(now)),
             start_request_id=request.request_id,
         )
-        tx = Tx(fresh, driver.epoch, now)
+        tx = Tx(fresh, driver.epoch, now, stored=False)
         tx.write_attributes(pb.AttributeWrite.FromString(w) for w in request.attribute_writes)
         movement, extras = driver.definition.mapper.start_movement(
             driver.definition.flow, pb.Value.FromString(request.input)

@@ -754,6 +754,7 @@ async def _apply(conn: Connection, c: Commit, sizes: StreamSizes | None = None) 
     fid = c.flow_id
     if c.run is not None:
         await conn.execute(_UPSERT_RUN, c.run.row())
+    if c.run is not None and c.active_steps_changed:
         await conn.execute("DELETE FROM active_steps WHERE flow_id = %s", (fid,))
         steps = list(dict.fromkeys(c.run.active_step_types))
         if steps:

@@ -283,6 +283,10 @@ class Commit:
     flow_id: str
     epoch: int
     run: RunRecord | None = None
+    """The run row, or ``None`` when it is as stored (nothing in it changed)."""
+    active_steps_changed: bool = True
+    """Whether ``run``'s active Step types (or its start time) differ from the
+    stored ones, so that the store rewrites the run's ``active_steps`` index rows."""
     attribute_upserts: dict[str, bytes] = field(default_factory=dict)
     attribute_deletes: set[str] = field(default_factory=set)
     message_deletes: list[tuple[str, str]] = field(default_factory=list)

@@ -383,6 +383,7 @@ class SqliteFlowStore:
         fid = c.flow_id
         if c.run is not None:
             db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", c.run.row())
+        if c.run is not None and c.active_steps_changed:
             db.execute("DELETE FROM active_steps WHERE flow_id=?", (fid,))
             db.executemany(
                 "INSERT INTO active_steps VALUES (?,?,?)",

@@ -283,11 +283,16 @@ def _search_value(value: pb.Value) -> Any:
 
 
 class Tx:
-    """Changes to a run staged on a working copy, committed as one ``Commit``."""
+    """Changes to a run staged on a working copy, committed as one ``Commit``.
 
-    def __init__(self, state: RunState, epoch: int, now: float) -> None:
+    ``stored``: whether ``state``'s run row is the one in the store (it is not
+    for a run being started: that commit writes it whatever changed).
+    """
+
+    def __init__(self, state: RunState, epoch: int, now: float, *, stored: bool = True) -> None:
         assert state.run is not None
         self._state = state
+        self._stored = stored
         self.now = now
         run = state.run
         self.run = replace(  # a working copy: its containers are the only mutable parts
@@ -507,6 +512,14 @@ class Tx:
     def build(self) -> Commit:
         active = [e for e in self.active_snapshot()]
         self.run.active_step_types = sorted({e.step_type for e in active})
-        self.commit.run = self.run
+        stored = self._state.run if self._stored else None
+        # A row as stored is not written again (a commit rewrites 3 b-tree pages
+        # for it, and 3 more for its active Step types).
+        self.commit.run = None if self.run == stored else self.run
+        self.commit.active_steps_changed = (
+            stored is None
+            or self.run.active_step_types != stored.active_step_types
+            or self.run.started_at != stored.started_at
+        )
         self.commit.executions = list(self._execs.values())
         return self.commit

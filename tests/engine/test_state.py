@@ -196,3 +196,41 @@ async def test_stream_offsets_go_on_across_runs_of_a_flow_id_and_reads_ahead_sta
 def _offset(token: str) -> int:
     """The Stream offset a resume token carries (``<offset>.<tag>``; ``""`` is 0)."""
     return int(token.split(".")[0]) if token else 0
+
+
+async def test_a_reader_at_the_tail_a_long_poll_gave_polls_the_host_without_a_store_read(
+    engine_factory: Any,
+) -> None:
+    flow = StreamFlow()
+    engine = await engine_factory([flow])
+    client = engine.client
+    await client.start_flow(flow, "tail", 0)
+    polling = asyncio.Event()
+    call = client._call
+
+    async def watched_call(*args: Any, **kwargs: Any) -> Any:
+        if args[1] == "wait_stream":
+            polling.set()
+        return await call(*args, **kwargs)
+
+    client._call = watched_call
+    pending = asyncio.ensure_future(client.read_stream("tail", Events, "", timeout=30))
+    await asyncio.wait_for(polling.wait(), TIMEOUT)
+    assert await client.invoke_rpc(flow.trigger, "tail") == "triggered"
+    late = await pending  # from the long poll: the newest message when it answered
+    assert late.value == "late"
+
+    store_reads: list[int] = []
+    read = engine.store.read_stream
+
+    async def counted_read(*args: Any, **kwargs: Any) -> Any:
+        store_reads.append(args[2])
+        return await read(*args, **kwargs)
+
+    engine.store.read_stream = counted_read
+    with pytest.raises(LongPollTimeoutError):
+        await client.read_stream("tail", Events, late.resume_token, timeout=1)
+    assert store_reads == []  # straight back to the host's long poll
+    again = await client.read_stream("tail", Events, "", timeout=30)
+    assert again.value == "late"
+    assert store_reads == [0]  # a position no long poll answered is read from the store

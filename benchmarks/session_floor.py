@@ -116,28 +116,6 @@ def _counting(
     return counted
 
 
-async def _turns(system: Any, session_id: str) -> tuple[list[float], int]:
-    """Run one session; (each turn's ms, events read)."""
-    sessions = system.sessions
-    token = ""
-    events = 0
-    turn_ms: list[float] = []
-    for turn in range(1, TURNS + 1):
-        start = time.perf_counter()
-        if turn == 1:
-            await sessions.start_session(session_id, "turn 1")
-        else:
-            await sessions.send_user_message(session_id, f"turn {turn}")
-        while True:
-            message = await sessions.read_event(session_id, token, timeout=300)
-            token = message.resume_token
-            events += 1
-            if message.value.type.value in ("turn_completed", "turn_failed"):
-                break
-        turn_ms.append((time.perf_counter() - start) * 1e3)
-    return turn_ms, events
-
-
 def _commits_per_turn(history: list[Any]) -> list[int]:
     """Distinct commit times between one applied RPC (a user message) and the next."""
     marks = [i for i, entry in enumerate(history) if entry.event_type == "rpc_applied"]
@@ -157,17 +135,17 @@ async def _measure(sessions: int) -> dict[str, Any]:
             calls: Counter[str] = Counter()
             reads: Counter[str] = Counter()
             for i in range(2):
-                await _turns(system, f"warm-{i}")
+                await dex_engine.run_session(system.sessions, f"warm-{i}")
             client._call = _counting(calls, lambda *a, **k: str(a[1]), client._call)
             engine.store.read_stream = _counting(
                 reads, lambda *a, **k: "read_stream", engine.store.read_stream
             )
             turn_ms: list[float] = []
-            events = 0
+            events: list[int] = []
             for i in range(sessions):
-                ms, read = await _turns(system, f"s-{i}")
+                ms: list[float] = []
+                await dex_engine.run_session(system.sessions, f"s-{i}", turn_ms=ms, events=events)
                 turn_ms += ms[1:]  # turn 1 starts the session
-                events += read
             commits: list[int] = []
             for i in range(sessions):
                 commits += _commits_per_turn(await client.read_step_history(f"s-{i}"))
@@ -178,7 +156,7 @@ async def _measure(sessions: int) -> dict[str, Any]:
         "turn_ms": statistics.median(turn_ms),
         "client_calls": {method: n / turns for method, n in sorted(calls.items())},
         "store_reads": reads["read_stream"] / turns,
-        "events": events / turns,
+        "events": sum(events) / turns,
         "commits": statistics.median(commits),
         "call_ms": call_ms,
         "call_cpu_ms": call_cpu_ms,

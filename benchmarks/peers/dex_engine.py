@@ -205,9 +205,11 @@ async def run_session(
     session_id: str,
     turns: int = TURNS,
     turn_ms: list[float] | None = None,
+    events: list[int] | None = None,
 ) -> None:
     """One session of ``turns`` turns, reading the AgentEvents stream (a long poll);
-    each turn's latency in milliseconds goes to ``turn_ms`` when given."""
+    each turn's latency in milliseconds goes to ``turn_ms`` and the number of events
+    it read to ``events`` when given."""
     token = ""
     for turn in range(1, turns + 1):
         start = time.perf_counter()
@@ -215,13 +217,17 @@ async def run_session(
             await sessions.start_session(session_id, "turn 1")
         else:
             await sessions.send_user_message(session_id, f"turn {turn}")
+        read = 0
         while True:
             message = await sessions.read_event(session_id, token, timeout=300)
             token = message.resume_token
+            read += 1
             if message.value.type.value in ("turn_completed", "turn_failed"):
                 break
         if turn_ms is not None:
             turn_ms.append((time.perf_counter() - start) * 1e3)
+        if events is not None:
+            events.append(read)
 
 
 # -- the system ----------------------------------------------------------------------------

@@ -147,13 +147,13 @@ class EngineClient:
         self._engine = engine
         self._values = engine.values
         self._read_ahead: OrderedDict[tuple[str, str, int], list[StreamRecord]] = OrderedDict()
+        """Stream messages read past the one returned, keyed by the run, the
+        Stream and the offset they follow (a reader's next resume token)."""
         self._known_runs: OrderedDict[str, None] = OrderedDict()
+        """Flow IDs with a run (never deleted): a long poll on them skips the check."""
         self._live_tails: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         """Stream positions a long poll answered as the newest then: a reader
         there polls the host again at once (a store read would find nothing)."""
-        """Flow IDs with a run (never deleted): a long poll on them skips the check."""
-        """Stream messages read past the one returned, keyed by the run, the
-        Stream and the offset they follow (a reader's next resume token)."""
 
     # -- host calls --------------------------------------------------------------------
 

@@ -137,13 +137,7 @@ class StreamBuffer:
         self, flow_id: str, stream: str, after_offset: int, limit: int, timeout: float | None
     ) -> list[StreamRecord]:
         """Up to ``limit`` records past ``after_offset``, waiting up to ``timeout``
-        for the first; ``[]`` when none came.
-
-        A poll at the newest record this host wrote waits without reading the
-        store: this host writes the run's Streams, and each of its writes wakes
-        the poll (another writer's record, which only a superseded host could
-        append, arrives with this host's next write, as for a poll already
-        waiting)."""
+        for the first; ``[]`` when none came."""
         records = self._from_tail(flow_id, stream, after_offset, limit)
         if records:
             return records
@@ -152,12 +146,10 @@ class StreamBuffer:
         if waiter is None or waiter.done():
             waiter = asyncio.get_running_loop().create_future()
             self._waiters[key] = waiter
-        tail = self._tails.get(key)
-        if not tail or tail[-1].offset != after_offset:
-            # Registered before looking, so a write in between still wakes us.
-            records = await self._store.read_stream(flow_id, stream, after_offset, limit)
-            if records:
-                return records
+        # Registered before looking, so a write in between still wakes us.
+        records = await self._store.read_stream(flow_id, stream, after_offset, limit)
+        if records:
+            return records
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except TimeoutError:

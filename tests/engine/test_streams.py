@@ -82,31 +82,3 @@ async def test_a_gap_or_a_forgotten_run_falls_back_to_the_store(tmp_path: Path) 
         streams.forget("a")
         assert _texts(await streams.wait("a", "events", 1, 1, 0.0)) == ["a2"]
         streams.close()
-
-
-async def test_a_poll_at_the_newest_record_this_host_wrote_waits_without_a_store_read(
-    tmp_path: Path,
-) -> None:
-    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
-        streams = StreamBuffer(store, linger=0.001)
-        streams.write("a", "events", "rpc", _write("one"))
-        assert _texts(await streams.wait("a", "events", 0, 10, 30.0)) == ["one"]
-        reads: list[int] = []
-        read = store.read_stream
-
-        async def counted(flow_id: str, stream: str, after: int, limit: int) -> list[object]:
-            reads.append(after)
-            return await read(flow_id, stream, after, limit)  # type: ignore[return-value]
-
-        store.read_stream = counted  # type: ignore[method-assign,assignment]
-        assert await streams.wait("a", "events", 1, 10, 0.0) == []
-        poll = asyncio.ensure_future(streams.wait("a", "events", 1, 10, 30.0))
-        await asyncio.sleep(0)
-        streams.write("a", "events", "rpc", _write("two"))
-        assert _texts(await poll) == ["two"]
-        assert reads == []  # at this host's newest record: the tail answers, or its next write
-        # Behind the tail it keeps, or past what it wrote: the store answers.
-        streams.forget("a")
-        assert _texts(await streams.wait("a", "events", 1, 10, 0.0)) == ["two"]
-        assert reads == [1]
-        streams.close()

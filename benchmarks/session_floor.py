@@ -14,7 +14,7 @@ and the Steps' own Python. This benchmark
 2. prices the primitives on the same Ray and disk: a sequential actor call
    from this process to an async actor (wall time, and the CPU of both
    processes), and one small SQLite commit (WAL, synchronous=FULL, as the
-   store writes);
+   store writes; the mean of 300, ``engine_step_overhead.raw_sqlite``);
 3. runs DBOS on the same workload in a fresh process, when the ``bench``
    extra is installed (one in-process workflow per session: no client round
    trip and no event stream per turn).
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -47,16 +46,12 @@ from typing import Any
 _REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_REPO))
 
+from benchmarks.engine_step_overhead import raw_sqlite  # noqa: E402
 from benchmarks.peers.run import PeerJobError, run_job  # noqa: E402
-from benchmarks.peers.workload import STEPS_PER_TURN, TURNS  # noqa: E402
+from benchmarks.peers.workload import STEPS_PER_TURN, TURNS, _process_cpu_s  # noqa: E402
 
 EXECUTOR_CALLS_PER_FAN_OUT = 2
 """``run_many`` (host -> executor) and ``ack_remote_starts`` (executor -> host)."""
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _Echo:
@@ -77,33 +72,14 @@ async def _price_actor_call(calls: int) -> tuple[float, float]:
     for _ in range(50):
         await actor.ping.remote(payload)
     walls: list[float] = []
-    cpu_start = time.process_time() + _cpu_s(pid)
+    cpu_start = time.process_time() + _process_cpu_s([pid])
     for _ in range(calls):
         start = time.perf_counter()
         await actor.ping.remote(payload)
         walls.append(time.perf_counter() - start)
-    cpu = time.process_time() + _cpu_s(pid) - cpu_start
+    cpu = time.process_time() + _process_cpu_s([pid]) - cpu_start
     ray.kill(actor)
     return statistics.median(walls) * 1e3, cpu * 1e3 / calls
-
-
-def _price_commit(directory: Path, commits: int) -> float:
-    """Median wall ms of one small SQLite transaction (WAL, synchronous=FULL)."""
-    conn = sqlite3.connect(directory / "floor.db", isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
-        walls: list[float] = []
-        for i in range(commits):
-            start = time.perf_counter()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO t VALUES (?, ?)", (i, b"x" * 500))
-            conn.execute("COMMIT")
-            walls.append(time.perf_counter() - start)
-    finally:
-        conn.close()
-    return statistics.median(walls) * 1e3
 
 
 def _counting(
@@ -151,7 +127,7 @@ async def _measure(sessions: int) -> dict[str, Any]:
                 commits += _commits_per_turn(await client.read_step_history(f"s-{i}"))
             turns = sessions * TURNS
             call_ms, call_cpu_ms = await _price_actor_call(500)
-            commit_ms = _price_commit(Path(workdir), 300)
+            commit_ms = raw_sqlite(Path(workdir), 300) * 1e3
     return {
         "turn_ms": statistics.median(turn_ms),
         "client_calls": {method: n / turns for method, n in sorted(calls.items())},

@@ -187,8 +187,19 @@ class RunDriver(AttemptRunner):
             return False, None
         return True, earliest
 
+    @property
+    def busy(self) -> bool:
+        """Whether the run is about to do more on its own: an attempt in flight, or
+        an active Step that does more than wait."""
+        if self._live:
+            return True
+        return self.state.is_running and any(
+            record.status is not ExecStatus.WAITING for record in self.state.execs.values()
+        )
+
     def _notify(self) -> None:
         self.touch()
+        self.streams.stir(self.flow_id)
         future, self._changed = self._changed, asyncio.get_running_loop().create_future()
         if not future.done():
             future.set_result(None)

@@ -39,6 +39,7 @@ from dex_agents_ray.engine._store import (
     StoreConfig,
     open_store,
 )
+from dex_agents_ray.engine._streams import STREAM_BATCH_WINDOW_SECONDS
 from dex_agents_ray.engine._sync import SyncEngineClient
 
 logger = logging.getLogger("dex_agents_ray.engine")
@@ -46,6 +47,8 @@ logger = logging.getLogger("dex_agents_ray.engine")
 DEFAULT_NAMESPACE = "dex-agents-ray"
 HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX, EXECUTOR_PREFIX)
 DEFAULT_STORE_DIR = ".dex-agents-ray"
+MAX_STREAM_BATCH_WINDOW = timedelta(seconds=5)
+"""The longest ``stream_batch_window`` (a long poll's own wait is at most 5 s)."""
 
 
 def task_worker_system_config() -> dict[str, int]:
@@ -147,6 +150,7 @@ class FlowEngine:
         host_resources: dict[str, float] | None = None,
         executor_pool: ExecutorPoolOptions | None = None,
         retention: RetentionOptions | None = None,
+        stream_batch_window: timedelta = timedelta(seconds=STREAM_BATCH_WINDOW_SECONDS),
     ) -> None:
         self.flows = flows
         self.registry = registry
@@ -166,6 +170,7 @@ class FlowEngine:
             host_resources=host_resources,
             executor_pool=executor_pool or ExecutorPoolOptions(),
             retention=retention or RetentionOptions(),
+            stream_batch_window=stream_batch_window.total_seconds(),
         )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
@@ -186,6 +191,7 @@ class FlowEngine:
         host_resources: dict[str, float] | None = None,
         executor_pool: ExecutorPoolOptions | None = None,
         retention: RetentionOptions | None = None,
+        stream_batch_window: timedelta = timedelta(seconds=STREAM_BATCH_WINDOW_SECONDS),
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -221,12 +227,25 @@ class FlowEngine:
             retention: What runs keep of their past (``RetentionOptions``: the
                 newest 2,000 finished executions with their history and 1,000
                 remembered RPC responses per run by default).
+            stream_batch_window: How long a ``read_stream`` long poll that found
+                messages of a busy run (an attempt in flight, a Step about to run)
+                waits for the ones that follow before it answers; it answers as
+                soon as the run only waits. A turn's events then reach a reader in
+                one Ray call instead of one per commit, and a message is at most
+                this late. Default 50 ms; ``timedelta(0)`` answers at once.
         """
         import ray
         from ray import cloudpickle
 
         if passivate_after is not None and passivate_after.total_seconds() <= 0:
             raise ValueError(f"passivate_after must be positive, got {passivate_after}")
+        if not isinstance(stream_batch_window, timedelta) or not (
+            timedelta(0) <= stream_batch_window <= MAX_STREAM_BATCH_WINDOW
+        ):
+            raise ValueError(
+                "stream_batch_window must be a timedelta from 0 to "
+                f"{MAX_STREAM_BATCH_WINDOW}, got {stream_batch_window!r}"
+            )
         registry = Registry(
             list(flows), CachingCodecRegistry(codec_registry), allow_async_handlers=True
         )
@@ -266,6 +285,7 @@ class FlowEngine:
             host_resources=host_resources,
             executor_pool=executor_pool,
             retention=retention,
+            stream_batch_window=stream_batch_window,
         )
         if passivate_after is not None:
             await scheduler_handle(engine.host_config).woken_runs.remote()

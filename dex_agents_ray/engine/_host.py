@@ -75,7 +75,9 @@ class FlowHost:
         self._drivers: dict[str, RunDriver] = {}
         self._activations: dict[str, asyncio.Task[RunDriver]] = {}
         self._definitions: dict[tuple[str, str], FlowDefinition] = {}
-        self._streams = StreamBuffer(self._store)
+        self._streams = StreamBuffer(
+            self._store, busy=self._busy, batch_window=config.stream_batch_window
+        )
         self._refused: dict[str, int] = {}
         self._pool = ExecutorPool(config.namespace, config.executor_pool)
         import ray
@@ -91,6 +93,11 @@ class FlowHost:
         self._watcher: asyncio.Task[None] | None = None
         if config.passivate_after is not None:
             self._watcher = loop.create_task(self._watch_idle(config.passivate_after))
+
+    def _busy(self, flow_id: str) -> bool:
+        """Whether ``flow_id`` runs here and is about to do more on its own."""
+        driver = self._drivers.get(flow_id)
+        return driver is not None and driver.busy
 
     async def _resume_slot(self, slot: int) -> None:
         """A shared host (re)starting: resume every run of its slot with work in flight."""

@@ -8,6 +8,7 @@ from typing import Any
 from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
 from dex_agents_ray.engine._placement import Placement, PlacementMode
 from dex_agents_ray.engine._store import StoreConfig
+from dex_agents_ray.engine._streams import STREAM_BATCH_WINDOW_SECONDS
 
 SCHEDULER_NAME = "dexscheduler"
 
@@ -27,6 +28,8 @@ class HostConfig:
     """How remote Steps' pooled executors scale."""
     retention: RetentionOptions = field(default_factory=RetentionOptions)
     """What runs keep of their past."""
+    stream_batch_window: float = STREAM_BATCH_WINDOW_SECONDS
+    """Seconds a long poll that found records of a busy run waits for more."""
 
 
 _classes: dict[str, Any] = {}

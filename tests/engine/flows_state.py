@@ -30,6 +30,7 @@ from dex import (
     rpc,
 )
 
+from dex_agents_ray.testing import FileGate
 from tests.engine.flows_steps import quick_retry
 
 Count = Attribute("count", int)
@@ -250,6 +251,40 @@ class FillsSmallStream(Step[int]):
 class StreamFlow(Flow[int]):
     def get_steps(self) -> StepList[int]:
         return StepList.start_step(WritesFromGenerator()).other_steps(WaitsForTrigger())
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(Events, Trigger)
+
+    @rpc
+    def trigger(self, context: Context) -> RPCResult[str]:
+        Trigger.publish(context, "go")
+        return RPCResult("triggered")
+
+
+class WritesFirst(Step[str]):
+    def wait_for(self, context: Context, input: str) -> Wait:
+        return Wait.until(Trigger.for_one())
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        Events.write(context, "first")
+        return dex.go_to(WritesSecond, input)
+
+
+class WritesSecond(Step[str]):
+    """Writes once the test opens the gate ``second`` under ``input`` (a directory)."""
+
+    async def execute(self, context: AsyncContext, input: str) -> StepDecision:
+        await FileGate(input, "second").wait_for_release()
+        Events.write(context, "second")
+        return dex.go_to(WaitsForTrigger, "late")
+
+
+class BurstFlow(Flow[str]):
+    """Two Stream writes in two Steps' commits (the second behind a gate), then a
+    wait: the run settles. The input is the gate's directory."""
+
+    def get_steps(self) -> StepList[str]:
+        return StepList.start_step(WritesFirst()).other_steps(WritesSecond(), WaitsForTrigger())
 
     def get_persistence_schema(self) -> PersistenceSchema:
         return PersistenceSchema.of(Events, Trigger)

@@ -106,6 +106,9 @@ async def test_the_default_store_lives_under_the_working_directory(
         ({"passivate_after": timedelta(0)}, "passivate_after must be positive"),
         ({"placement": "shared", "shared_hosts": 0}, "shared_hosts must be >= 1"),
         ({"placement": "everywhere"}, "everywhere"),
+        ({"stream_batch_window": 0.05}, "stream_batch_window must be a timedelta"),
+        ({"stream_batch_window": timedelta(seconds=-1)}, "stream_batch_window must be"),
+        ({"stream_batch_window": timedelta(seconds=6)}, "stream_batch_window must be"),
     ],
 )
 async def test_bad_start_options_are_refused_before_anything_is_written(

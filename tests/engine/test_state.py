@@ -4,6 +4,8 @@ heartbeat checkpoints."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,10 +13,12 @@ from dex import FlowStatus, IdReusePolicy, LongPollTimeoutError, StartFlowOption
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import InvalidStreamTokenError
+from dex_agents_ray.testing import FileGate
 from tests.engine.flows_state import (
     SMALL_CAPACITY,
     AttributeFlow,
     AttributeMapFlow,
+    BurstFlow,
     ChannelFlow,
     CheckpointFlow,
     Events,
@@ -196,6 +200,36 @@ async def test_stream_offsets_go_on_across_runs_of_a_flow_id_and_reads_ahead_sta
 def _offset(token: str) -> int:
     """The Stream offset a resume token carries (``<offset>.<tag>``; ``""`` is 0)."""
     return int(token.split(".")[0]) if token else 0
+
+
+@pytest.mark.parametrize("window", [5.0, 0.0])
+async def test_a_long_poll_of_a_busy_run_answers_with_the_writes_of_its_next_commits(
+    engine_factory: Any, tmp_path: Path, window: float
+) -> None:
+    flow = BurstFlow()
+    engine = await engine_factory([flow], stream_batch_window=timedelta(seconds=window))
+    client = engine.client
+    await client.start_flow(flow, "burst", str(tmp_path))
+    assert await client.invoke_rpc(flow.trigger, "burst") == "triggered"
+    gate = FileGate(tmp_path, "second")
+    await gate.wait_until_reached()  # "first" is durable; the run is busy behind the gate
+    # The host's long poll itself (what read_stream calls when the store has nothing).
+    poll = asyncio.ensure_future(client._call("burst", "wait_stream", Events.name, 0, 16, 30.0))
+    if window == 0:
+        assert _texts(await poll) == ["first"]  # at once, busy or not
+        gate.release()
+        return
+    done, _ = await asyncio.wait([poll], timeout=0.5)
+    assert not done  # the run is busy: the poll waits for what follows
+    gate.release()
+    # Answered once the run settles (WaitsForTrigger waits), not at the 5 s window.
+    assert _texts(await asyncio.wait_for(poll, 4.0)) == ["first", "second"]
+    message = await client.read_stream("burst", Events, "", timeout=30)
+    assert message.value == "first"
+
+
+def _texts(records: list[Any]) -> list[str]:
+    return [pb.Value.FromString(r.value).string_value for r in records]
 
 
 async def test_a_reader_at_the_tail_a_long_poll_gave_polls_the_host_without_a_store_read(

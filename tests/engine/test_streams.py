@@ -82,3 +82,65 @@ async def test_a_gap_or_a_forgotten_run_falls_back_to_the_store(tmp_path: Path) 
         streams.forget("a")
         assert _texts(await streams.wait("a", "events", 1, 1, 0.0)) == ["a2"]
         streams.close()
+
+
+async def _spin() -> None:
+    """Let every callback that is ready run (a woken poll answers within these)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def _commit_write(store: object, streams: StreamBuffer, epoch: int, text: str) -> None:
+    """One commit of run ``a`` that carries one queued Stream write."""
+    streams.write("a", "events", "#X-1", _write(text))
+    commit = Commit(flow_id="a", epoch=epoch, history=[entry("X-1", text)])
+    commit.stream_appends = streams.take("a")
+    offsets = await store.commit(commit)  # type: ignore[attr-defined]
+    streams.written("a", commit.stream_appends, offsets)
+
+
+async def test_a_long_poll_of_a_busy_run_gathers_its_burst_until_it_settles(
+    tmp_path: Path,
+) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        busy = True
+        streams = StreamBuffer(store, linger=60.0, busy=lambda _: busy, batch_window=60.0)
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        await _commit_write(store, streams, epoch, "one")
+        await _spin()
+        assert not poll.done()  # the run is busy: the poll waits for what follows
+        await _commit_write(store, streams, epoch, "two")
+        await _spin()
+        assert not poll.done()
+        busy = False
+        streams.stir("a")  # a commit that leaves the run only waiting, no write
+        assert _texts(await poll) == ["one", "two"]
+        # A settled run's poll answers at once, whatever the window.
+        assert _texts(await streams.wait("a", "events", 0, 10, 30.0)) == ["one", "two"]
+        streams.close()
+
+
+async def test_a_long_poll_answers_after_the_window_or_at_its_limit(tmp_path: Path) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        epoch, _ = await store.activate("a")
+        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        streams = StreamBuffer(store, linger=60.0, busy=lambda _: True, batch_window=0.2)
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        await _commit_write(store, streams, epoch, "one")
+        # Busy for ever: the window ends the wait with what came.
+        assert _texts(await asyncio.wait_for(poll, 10)) == ["one"]
+        poll = asyncio.ensure_future(streams.wait("a", "events", 1, 2, 30.0))
+        await asyncio.sleep(0)
+        await _commit_write(store, streams, epoch, "two")
+        await _commit_write(store, streams, epoch, "three")
+        await _commit_write(store, streams, epoch, "four")
+        assert _texts(await poll) == ["two", "three"]  # the limit ends it first
+        # A zero window answers at once, busy or not.
+        unbatched = StreamBuffer(store, busy=lambda _: True, batch_window=0.0)
+        assert _texts(await unbatched.wait("a", "events", 3, 10, 30.0)) == ["four"]
+        unbatched.close()
+        streams.close()

@@ -150,7 +150,8 @@ class EngineClient:
         """Stream messages read past the one returned, keyed by the run, the
         Stream and the offset they follow (a reader's next resume token)."""
         self._known_runs: OrderedDict[str, None] = OrderedDict()
-        """Flow IDs with a run (never deleted): a long poll on them skips the check."""
+        """Flow IDs with a run (never deleted): RPCs, stops and long polls on them
+        skip the store read that refuses a flow ID that never ran."""
         self._live_tails: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         """Stream positions a long poll answered as the newest then: a reader
         there polls the host again at once (a store read would find nothing)."""
@@ -216,7 +217,9 @@ class EngineClient:
             if options.start_delay is None
             else options.start_delay.total_seconds(),
         )
-        return str(await self._call(_require_id(flow_id), "start_flow", request))
+        run_id = str(await self._call(_require_id(flow_id), "start_flow", request))
+        self._known(flow_id)
+        return run_id
 
     def _initial_writes(self, registered: Any, options: StartFlowOptions) -> list[bytes]:
         writes = []
@@ -296,7 +299,14 @@ class EngineClient:
     # -- reading -----------------------------------------------------------------------
 
     async def _existing(self, flow_id: str, operation: str) -> None:
-        """Refuse an operation on a flow ID that never ran (no host is created for it)."""
+        """Refuse an operation on a flow ID that never ran (no host is created for it).
+
+        A flow ID that had a run keeps its runs (none is ever deleted), so one
+        this client saw is not looked up again.
+        """
+        if flow_id in self._known_runs:
+            self._known_runs.move_to_end(flow_id)
+            return
         if await self._engine.store.get_run(_require_id(flow_id)) is None:
             raise service_error(
                 FlowNotActiveOrNotFoundError,
@@ -304,6 +314,14 @@ class EngineClient:
                 operation,
                 flow_id,
             )
+        self._known(flow_id)
+
+    def _known(self, flow_id: str) -> None:
+        """``flow_id`` has a run in the store."""
+        self._known_runs[flow_id] = None
+        self._known_runs.move_to_end(flow_id)
+        while len(self._known_runs) > READ_AHEAD_KEYS:
+            self._known_runs.popitem(last=False)
 
     async def _run(self, flow_id: str, operation: str) -> RunRecord:
         run = await self._engine.store.get_run(_require_id(flow_id))
@@ -473,9 +491,7 @@ class EngineClient:
                 return self._stream_message(flow_id, stream, first)
             if not checked and flow_id not in self._known_runs:
                 await self._run(flow_id, "ReadStream")
-                self._known_runs[flow_id] = None
-                while len(self._known_runs) > READ_AHEAD_KEYS:
-                    self._known_runs.popitem(last=False)
+                self._known(flow_id)
             checked = True
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:

@@ -13,9 +13,12 @@ SDK's encoder deep-copies every value through ``dataclasses.asdict`` first).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import json
+import re
+import secrets
 import threading
 import types
 import typing
@@ -111,10 +114,62 @@ class _EngineJsonCodec(JsonCodec[Any]):
                 f"{self.type_name} requires {_type_name(self.expected_type)}, "
                 f"got {type(value).__name__}"
             )
-        payload = json.dumps(
-            self.encoder(value), allow_nan=False, separators=(",", ":"), sort_keys=True
-        )
-        return Value(WireKind.JSON, payload)
+        if not _shared_texts:
+            return Value(WireKind.JSON, _dumps(self.encoder(value)))
+        splice = _Splice()
+        token = _splicing.set(splice)
+        try:
+            data = self.encoder(value)
+        finally:
+            _splicing.reset(token)
+        return Value(WireKind.JSON, splice.apply(_dumps(data)))
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, allow_nan=False, separators=(",", ":"), sort_keys=True)
+
+
+class _Splice:
+    """The JSON texts of shared values one encode found kept (see ``_encode``).
+
+    Each stands in the encoded data as a placeholder string with a random tag of
+    this encode, replaced by its text after ``json.dumps``: the same JSON, as the
+    encoding of a value nests its parts' encodings unchanged (sorted keys, the
+    same separators), without walking and dumping those parts again.
+    """
+
+    def __init__(self) -> None:
+        self.tag = secrets.token_hex(8)
+        self.texts: list[str] = []
+
+    def placeholder(self, text: str) -> str:
+        self.texts.append(text)
+        return f"\x00dex:{self.tag}:{len(self.texts) - 1}\x00"
+
+    def apply(self, payload: str) -> str:
+        if not self.texts:
+            return payload
+        texts, tag, spliced = self.texts, self.tag, 0
+
+        def text(match: re.Match[str]) -> str:
+            nonlocal spliced
+            if match.group(1) != tag:
+                return match.group(0)  # a string that only looks like one
+            spliced += 1
+            return texts[int(match.group(2))]
+
+        result = _PLACEHOLDER.sub(text, payload)
+        if spliced != len(texts):  # cannot happen: every placeholder was dumped once
+            raise RuntimeError(f"spliced {spliced} of {len(texts)} kept JSON texts")
+        return result
+
+
+_PLACEHOLDER = re.compile(r'"\\u0000dex:([0-9a-f]{16}):(\d+)\\u0000"')
+
+
+_splicing: contextvars.ContextVar[_Splice | None] = contextvars.ContextVar(
+    "dex_agents_ray_splicing", default=None
+)
 
 
 def _matches(value: object, hint: object) -> bool:
@@ -175,14 +230,20 @@ def _keep(key: tuple[object, str], value: Any) -> None:
             _shared_values.move_to_end(key)
             return
         _shared_values[key] = value
+        _shared_texts[id(value)] = key[1]
         _shared_chars += len(key[1])
         while _shared_chars > _SHARED_CACHE_BYTES:
-            (_, old), _ = _shared_values.popitem(last=False)
+            (_, old), evicted = _shared_values.popitem(last=False)
+            if _shared_texts.get(id(evicted)) is old:
+                del _shared_texts[id(evicted)]
             _shared_chars -= len(old)
 
 
 _shared_lock = threading.Lock()
 _shared_values: OrderedDict[tuple[object, str], Any] = OrderedDict()
+_shared_texts: dict[int, str] = {}
+"""The JSON text of each value in ``_shared_values``, by the value's ``id`` (the
+cache holds the value, so its ``id`` is not reused while the entry exists)."""
 _shared_chars = 0
 
 
@@ -247,6 +308,11 @@ def _encode(value: Any) -> Any:
     if kind is dict:
         return {key: _encode(item) for key, item in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if kind in _SHARED:
+            splice = _splicing.get()
+            text = None if splice is None else _shared_texts.get(id(value))
+            if text is not None and splice is not None:
+                return splice.placeholder(text)  # its kept text, spliced after dumps
         data = {}
         for name in _field_names(type(value)):
             item = getattr(value, name)

@@ -47,8 +47,16 @@ def _compile(cls: type[Any]) -> Callable[[object], None]:
         exact = _exact_types(hint)
         namespace[f"_hint{index}"] = hint
         namespace[f"_exact{index}"] = exact
+        item = _tuple_item_class(hint)
         if exact:
             test = f"type(value) not in _exact{index}"
+        elif item is not None:
+            # A tuple of exactly the item class (as decoded) passes without a walk.
+            namespace[f"_item{index}"] = item
+            test = (
+                f"type(value) is not tuple or any(type(entry) is not _item{index} "
+                "for entry in value)"
+            )
         elif typing.get_origin(hint) is tuple:
             test = "type(value) is not tuple or value"
         else:
@@ -64,6 +72,17 @@ def _compile(cls: type[Any]) -> Callable[[object], None]:
     exec("\n".join(lines), namespace)  # noqa: S102 - the code is built from field names
     coerce: Callable[[object], None] = namespace["coerce"]
     return coerce
+
+
+def _tuple_item_class(hint: Any) -> type[Any] | None:
+    """``X`` for a ``tuple[X, ...]`` hint whose items are a plain class; else ``None``."""
+    if typing.get_origin(hint) is not tuple:
+        return None
+    arguments = typing.get_args(hint)
+    if len(arguments) != 2 or arguments[1] is not Ellipsis:
+        return None
+    item = arguments[0]
+    return item if isinstance(item, type) and typing.get_origin(item) is None else None
 
 
 def _exact_types(hint: Any) -> frozenset[type[Any]]:
@@ -93,7 +112,10 @@ def _coerce(value: Any, hint: Any) -> Any:  # noqa: C901 - one branch per type f
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             return value
         item = arguments[0] if arguments else Any
-        return tuple(_coerce(entry, item) for entry in value)
+        coerced = tuple(_coerce(entry, item) for entry in value)
+        if type(value) is tuple and all(a is b for a, b in zip(coerced, value, strict=True)):
+            return value  # nothing changed: keep the tuple given
+        return coerced
     if origin is list:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             return value

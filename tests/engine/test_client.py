@@ -216,3 +216,30 @@ async def test_operations_on_an_unknown_flow_id_create_no_host(engine_factory: A
         await engine.client.read_stream("never-started", Stream("progress", str, 1024))
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     assert not any(name.endswith("never-started") for name in names)
+
+
+async def test_a_flow_id_the_client_saw_run_is_not_looked_up_again(engine_factory: Any) -> None:
+    from dex_agents_ray.engine import EngineClient
+
+    engine, flow = await _engine(engine_factory)
+    await _held(engine, flow, "seen")
+    lookups: list[str] = []
+    get_run = engine.store.get_run
+
+    async def counted(flow_id: str) -> Any:
+        lookups.append(flow_id)
+        return await get_run(flow_id)
+
+    engine.store.get_run = counted
+    assert await engine.client.invoke_rpc(flow.set_owner, "seen", "ada") == "ada"
+    assert await engine.client.invoke_rpc(flow.set_owner, "seen", "bob") == "bob"
+    assert lookups == []  # started by this client: it exists
+    other = EngineClient(engine)  # another client (a process that did not start it)
+    assert await other.invoke_rpc(flow.set_owner, "seen", "cy") == "cy"
+    assert await other.invoke_rpc(flow.set_owner, "seen", "dee") == "dee"
+    assert lookups == ["seen"]  # looked up once, then known
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await other.invoke_rpc(flow.release, "never-started")
+    with pytest.raises(FlowNotActiveOrNotFoundError):
+        await other.invoke_rpc(flow.release, "never-started")
+    assert lookups == ["seen", "never-started", "never-started"]  # a miss is not remembered

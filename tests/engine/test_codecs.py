@@ -25,7 +25,9 @@ from dex_agents_ray import (
 from dex_agents_ray.engine._codecs import (
     CachingCodecRegistry,
     _encode,
+    _shared_texts,
     _SharedDecodingJsonCodec,
+    _Splice,
     share_decoded_values,
 )
 from dex_agents_ray.media import AgentImageReference
@@ -200,3 +202,54 @@ def test_an_encoded_shared_value_is_what_decoding_its_text_gives_back() -> None:
     # Only the exact class is kept: a decode of other text is a new object.
     other = CodecRegistry().resolve(AgentToolCall).encode(replace(written, deferral_order=3))
     assert ours.decode(other) is not written
+
+
+@dataclass(frozen=True)
+class Transcript:
+    messages: tuple[AgentMessage, ...]
+    note: str
+    by_name: dict[str, AgentMessage] = field(default_factory=dict)
+
+
+def test_kept_texts_of_shared_values_are_spliced_into_an_encoding_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sdk_message = CodecRegistry().resolve(AgentMessage)
+    ours = CachingCodecRegistry().resolve(AgentMessage)
+    # Decoded through the shared codec: each message is kept with its stored text.
+    read = [
+        ours.decode(
+            sdk_message.encode(
+                AgentMessage(
+                    sequence=i,
+                    turn_id="turn-1",
+                    role=MessageRole.USER,
+                    framework_item=f'{{"text": "m{i} \\u0000dex:0000:0\\u0000 \\u00e9"}}',
+                )
+            )
+        )
+        for i in range(5)
+    ]
+    assert all(_shared_texts.get(id(m)) is not None for m in read)
+    fresh = AgentMessage(
+        sequence=9, turn_id="turn-2", role=MessageRole.ASSISTANT, framework_item="{}"
+    )
+    value = Transcript(
+        messages=(*read, fresh, read[0]),
+        note="\x00dex:0123456789abcdef:0\x00",  # a look-alike placeholder stays a string
+        by_name={"first": read[0], "new": fresh},
+    )
+    placed: list[str] = []
+    placeholder = _Splice.placeholder
+
+    def counted(self: _Splice, text: str) -> str:
+        placed.append(text)
+        return placeholder(self, text)
+
+    monkeypatch.setattr(_Splice, "placeholder", counted)
+    spliced = CachingCodecRegistry().resolve(Transcript).encode(value)
+    assert len(placed) == 7  # the kept messages, each time they occur; not the fresh one
+    assert spliced.data == CodecRegistry().resolve(Transcript).encode(value).data
+    assert CodecRegistry().resolve(Transcript).decode(spliced) == value
+    # A kept value encoded alone is its own text.
+    assert ours.encode(read[1]).data == sdk_message.encode(read[1]).data

@@ -232,7 +232,8 @@ class FlowEngine:
                 waits for the ones that follow before it answers; it answers as
                 soon as the run only waits. A turn's events then reach a reader in
                 one Ray call instead of one per commit, and a message is at most
-                this late. Default 50 ms; ``timedelta(0)`` answers at once.
+                this late (never past the poll's own timeout). Default 50 ms;
+                ``timedelta(0)`` answers at once.
         """
         import ray
         from ray import cloudpickle

@@ -122,18 +122,26 @@ class StreamBuffer:
             stirred.set_result(None)
 
     async def _gather(
-        self, flow_id: str, stream: str, records: list[StreamRecord], limit: int
+        self,
+        flow_id: str,
+        stream: str,
+        records: list[StreamRecord],
+        limit: int,
+        until: float | None,
     ) -> list[StreamRecord]:
         """``records`` and the ones that follow them while ``flow_id`` is busy, for
-        up to the batch window: a run's burst of writes (one turn's events, say)
-        answers one long poll instead of one each. It answers as soon as the run
-        settles (only waits), ``limit`` records are in hand, or the next record
-        is not in this host's tail."""
+        up to the batch window (and not past ``until``, the poll's own deadline): a
+        run's burst of writes (one turn's events, say) answers one long poll
+        instead of one each. It answers as soon as the run settles (only waits),
+        ``limit`` records are in hand, or the next record is not in this host's
+        tail."""
         busy = self._busy
         if busy is None or self._batch_window <= 0 or len(records) >= limit or not busy(flow_id):
             return records
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._batch_window
+        if until is not None:
+            deadline = min(deadline, until)
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -194,9 +202,10 @@ class StreamBuffer:
     ) -> list[StreamRecord]:
         """Up to ``limit`` records past ``after_offset``, waiting up to ``timeout``
         for the first; ``[]`` when none came."""
+        until = None if timeout is None else asyncio.get_running_loop().time() + timeout
         records = self._from_tail(flow_id, stream, after_offset, limit)
         if records:
-            return await self._gather(flow_id, stream, records, limit)
+            return await self._gather(flow_id, stream, records, limit, until)
         key = (flow_id, stream)
         waiter = self._waiters.get(key)
         if waiter is None or waiter.done():
@@ -205,7 +214,7 @@ class StreamBuffer:
         # Registered before looking, so a write in between still wakes us.
         records = await self._store.read_stream(flow_id, stream, after_offset, limit)
         if records:
-            return await self._gather(flow_id, stream, records, limit)
+            return await self._gather(flow_id, stream, records, limit, until)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except TimeoutError:
@@ -213,7 +222,7 @@ class StreamBuffer:
         records = self._from_tail(flow_id, stream, after_offset, limit)
         if records is None:
             records = await self._store.read_stream(flow_id, stream, after_offset, limit)
-        return await self._gather(flow_id, stream, records, limit) if records else records
+        return await self._gather(flow_id, stream, records, limit, until) if records else records
 
     def close(self) -> None:
         """Stop the writers (queued writes are dropped)."""

@@ -139,6 +139,13 @@ async def test_a_long_poll_answers_after_the_window_or_at_its_limit(tmp_path: Pa
         await _commit_write(store, streams, epoch, "three")
         await _commit_write(store, streams, epoch, "four")
         assert _texts(await poll) == ["two", "three"]  # the limit ends it first
+        # The poll's own timeout bounds the gathering too.
+        patient = StreamBuffer(store, busy=lambda _: True, batch_window=60.0)
+        assert _texts(await asyncio.wait_for(patient.wait("a", "events", 2, 10, 0.0), 10)) == [
+            "three",
+            "four",
+        ]
+        patient.close()
         # A zero window answers at once, busy or not.
         unbatched = StreamBuffer(store, busy=lambda _: True, batch_window=0.0)
         assert _texts(await unbatched.wait("a", "events", 3, 10, 30.0)) == ["four"]

@@ -240,6 +240,7 @@ class DexEngine:
         self._engine = engine
         self._flow = flow
         self._sessions = sessions
+        self._turn_ms: list[float] = []
 
     @property
     def sessions(self) -> AgentSessionClient:
@@ -250,12 +251,18 @@ class DexEngine:
 
     async def session(self, session_id: str) -> None:
         if self._sessions is not None:
-            await run_session(self._sessions, session_id)
+            # The workload's warm-up sessions are "warm-<i>": their turns are not timed.
+            timed = None if session_id.startswith("warm-") else self._turn_ms
+            await run_session(self._sessions, session_id, turn_ms=timed)
             return
         await self._engine.client.start_flow(self._flow, session_id, 0)
         result = await self._engine.client.wait_for_flow(session_id, timeout=600)
         if result.status is not dex.FlowStatus.COMPLETED:
             raise RuntimeError(f"session {session_id} ended {result.status}")
+
+    def turn_latencies_ms(self) -> list[float]:
+        """Each timed turn's latency (agent-session variants; none for Flows)."""
+        return list(self._turn_ms)
 
     def helper_processes(self) -> list[int]:
         """PIDs of this engine's host actors (they run the Steps)."""

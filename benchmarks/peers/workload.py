@@ -184,6 +184,11 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
         extra["helper_processes"] = len(helpers)
         extra["helper_peak_rss_mb"] = _peak_rss_mb(helpers)
         extra["helper_pss_mb"] = _pss_mb(helpers)
+    turns: list[float] = getattr(system, "turn_latencies_ms", list)()
+    if turns:  # a system that times each turn (after the warm-up sessions)
+        ordered = sorted(turns)
+        extra["turn_ms_p50"] = statistics.median(ordered)
+        extra["turn_ms_p99"] = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
     platform: list[int] = getattr(system, "ray_system_processes", list)()
     if platform:
         extra["platform_rss_mb"] = _peak_rss_mb(platform)

@@ -39,8 +39,10 @@ async def test_sessions_resume_after_an_outage_longer_than_the_deadline(
 
         proxy.down()
         FileGate(state_dir, "work-1").release()  # its result cannot be committed now
+        # A read of the store fails, naming it (a snapshot the host answers from its
+        # committed state in memory may still succeed until the host drops the run).
         with pytest.raises(StoreUnavailableError) as failed:
-            await sessions.get_agent_snapshot("outage-1")
+            await engine.client.describe_flow("outage-1")
         assert failed.value.store == store.location
         # The host's commit of the tool result gave up too: it dropped the run.
         host = engine.host("outage-1")

@@ -34,14 +34,10 @@ _REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_REPO))
 
 from benchmarks.peers.dex_engine import run_session  # noqa: E402
+from benchmarks.peers.workload import percentile  # noqa: E402
 
 CONFIGS = ("ray", "ray-nopoll", "inline")
 STEPS_PER_TURN = 5
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _poll(
@@ -105,13 +101,13 @@ async def _one(config: str, count: int, turns: int, interval_ms: float) -> dict[
         "config": config,
         "steps_per_s": count * turns * STEPS_PER_TURN / wall,
         "turn_ms_median": statistics.median(turn_ms),
-        "turn_ms_p90": _percentile(turn_ms, 0.9),
-        "turn_ms_p99": _percentile(turn_ms, 0.99),
+        "turn_ms_p90": percentile(turn_ms, 0.9),
+        "turn_ms_p99": percentile(turn_ms, 0.99),
     }
     if snapshot_ms:
         result |= {
             "snapshot_ms_median": statistics.median(snapshot_ms),
-            "snapshot_ms_p99": _percentile(snapshot_ms, 0.99),
+            "snapshot_ms_p99": percentile(snapshot_ms, 0.99),
             "snapshots": len(snapshot_ms),
         }
     return result

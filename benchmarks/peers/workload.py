@@ -98,6 +98,12 @@ def encode(value: Message) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank, no interpolation)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def peak_rss_mb() -> float:
     # ru_maxrss is in KiB on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -186,9 +192,8 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
         extra["helper_pss_mb"] = _pss_mb(helpers)
     turns: list[float] = getattr(system, "turn_latencies_ms", list)()
     if turns:  # a system that times each turn (after the warm-up sessions)
-        ordered = sorted(turns)
-        extra["turn_ms_p50"] = statistics.median(ordered)
-        extra["turn_ms_p99"] = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        extra["turn_ms_p50"] = statistics.median(turns)
+        extra["turn_ms_p99"] = percentile(turns, 0.99)
     platform: list[int] = getattr(system, "ray_system_processes", list)()
     if platform:
         extra["platform_rss_mb"] = _peak_rss_mb(platform)

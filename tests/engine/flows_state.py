@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Generator
-from typing import Any
+from typing import Any, TypeVar
 
 import dex
 from dex import (
@@ -32,6 +32,8 @@ from dex import (
 
 from dex_agents_ray.testing import FileGate
 from tests.engine.flows_steps import quick_retry
+
+_Input = TypeVar("_Input")
 
 Count = Attribute("count", int)
 Label = Attribute("label", str)
@@ -248,9 +250,8 @@ class FillsSmallStream(Step[int]):
         return dex.dead_end()
 
 
-class StreamFlow(Flow[int]):
-    def get_steps(self) -> StepList[int]:
-        return StepList.start_step(WritesFromGenerator()).other_steps(WaitsForTrigger())
+class _TriggeredEvents(Flow[_Input]):
+    """Writes ``Events``; its ``trigger`` RPC publishes to ``Trigger``."""
 
     def get_persistence_schema(self) -> PersistenceSchema:
         return PersistenceSchema.of(Events, Trigger)
@@ -259,6 +260,11 @@ class StreamFlow(Flow[int]):
     def trigger(self, context: Context) -> RPCResult[str]:
         Trigger.publish(context, "go")
         return RPCResult("triggered")
+
+
+class StreamFlow(_TriggeredEvents[int]):
+    def get_steps(self) -> StepList[int]:
+        return StepList.start_step(WritesFromGenerator()).other_steps(WaitsForTrigger())
 
 
 class WritesFirst(Step[str]):
@@ -279,20 +285,12 @@ class WritesSecond(Step[str]):
         return dex.go_to(WaitsForTrigger, "late")
 
 
-class BurstFlow(Flow[str]):
+class BurstFlow(_TriggeredEvents[str]):
     """Two Stream writes in two Steps' commits (the second behind a gate), then a
     wait: the run settles. The input is the gate's directory."""
 
     def get_steps(self) -> StepList[str]:
         return StepList.start_step(WritesFirst()).other_steps(WritesSecond(), WaitsForTrigger())
-
-    def get_persistence_schema(self) -> PersistenceSchema:
-        return PersistenceSchema.of(Events, Trigger)
-
-    @rpc
-    def trigger(self, context: Context) -> RPCResult[str]:
-        Trigger.publish(context, "go")
-        return RPCResult("triggered")
 
 
 class SmallStreamFlow(Flow[int]):

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import enum
 import functools
+import itertools
 import json
 import re
 import secrets
@@ -132,17 +134,20 @@ def _dumps(data: Any) -> str:
 class _Splice:
     """The JSON texts of shared values one encode found kept (see ``_encode``).
 
-    Each stands in the encoded data as a placeholder string with a random tag of
-    this encode, replaced by its text after ``json.dumps``: the same JSON, as the
-    encoding of a value nests its parts' encodings unchanged (sorted keys, the
-    same separators), without walking and dumping those parts again.
+    Each stands in the encoded data as a placeholder string with a tag of this
+    encode (the process's random prefix and a number), replaced by its text
+    after ``json.dumps``: the same JSON, as the encoding of a value nests its
+    parts' encodings unchanged (sorted keys, the same separators), without
+    walking and dumping those parts again.
     """
 
     def __init__(self) -> None:
-        self.tag = secrets.token_hex(8)
+        self.tag = ""
         self.texts: list[str] = []
 
     def placeholder(self, text: str) -> str:
+        if not self.tag:  # this process's random prefix and a number of its own
+            self.tag = f"{_TAG_PREFIX}{next(_tags) & 0xFFFFFFFF:08x}"
         self.texts.append(text)
         return f"\x00dex:{self.tag}:{len(self.texts) - 1}\x00"
 
@@ -164,6 +169,8 @@ class _Splice:
         return result
 
 
+_TAG_PREFIX = secrets.token_hex(4)
+_tags = itertools.count()
 _PLACEHOLDER = re.compile(r'"\\u0000dex:([0-9a-f]{16}):(\d+)\\u0000"')
 
 
@@ -174,7 +181,7 @@ _splicing: contextvars.ContextVar[_Splice | None] = contextvars.ContextVar(
 
 def _matches(value: object, hint: object) -> bool:
     """``dex.codec._matches_type``, with ``Any`` and unions."""
-    if hint is Any:
+    if hint is Any or type(value) is hint:  # the second: most encodes, a plain class
         return True
     origin = typing.get_origin(hint)
     arguments = typing.get_args(hint)
@@ -307,34 +314,72 @@ def _encode(value: Any) -> Any:
         return [_encode(item) for item in value]
     if kind is dict:
         return {key: _encode(item) for key, item in value.items()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    shape = _shapes.get(kind) or _shape(kind)
+    if shape is _Shape.DATACLASS:
         if kind in _SHARED:
             splice = _splicing.get()
             text = None if splice is None else _shared_texts.get(id(value))
             if text is not None and splice is not None:
                 return splice.placeholder(text)  # its kept text, spliced after dumps
         data = {}
-        for name in _field_names(type(value)):
+        names = _field_names.get(kind)
+        if names is None:  # a class past the caches' bound
+            names = tuple(f.name for f in dataclasses.fields(value))
+        for name in names:
             item = getattr(value, name)
             data[name] = item if type(item) in _SCALARS else _encode(item)
         return data
-    if isinstance(value, datetime):
+    if shape is _Shape.DATETIME:
         return value.isoformat()
-    if isinstance(value, Enum):
+    if shape is _Shape.ENUM:
         return value.value
-    if isinstance(value, Mapping):
+    if shape is _Shape.MAPPING:
         return {key: _encode(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
+    if shape is _Shape.SEQUENCE:
         return [_encode(item) for item in value]
     return value
 
 
+class _Shape(enum.Enum):
+    DATACLASS = 1
+    DATETIME = 2
+    ENUM = 3
+    MAPPING = 4
+    SEQUENCE = 5
+    OTHER = 6
+
+
+_shapes: dict[type[Any], _Shape] = {}
+
+
+def _shape(kind: type[Any]) -> _Shape:
+    """How ``_encode`` converts an instance of ``kind``, in its order of tests (found
+    once per class: ``dataclasses.is_dataclass`` of an enum member, for one, costs a
+    failed attribute lookup through ``EnumType.__getattr__`` on every call)."""
+    if dataclasses.is_dataclass(kind):
+        shape = _Shape.DATACLASS
+    elif issubclass(kind, datetime):
+        shape = _Shape.DATETIME
+    elif issubclass(kind, Enum):
+        shape = _Shape.ENUM
+    elif issubclass(kind, Mapping):
+        shape = _Shape.MAPPING
+    elif issubclass(kind, (list, tuple)):
+        shape = _Shape.SEQUENCE
+    else:
+        shape = _Shape.OTHER
+    if len(_shapes) < 4096:  # classes made at run time must not grow it without end
+        if shape is _Shape.DATACLASS:
+            _field_names[kind] = tuple(f.name for f in dataclasses.fields(kind))
+        _shapes[kind] = shape
+    return shape
+
+
+_field_names: dict[type[Any], tuple[str, ...]] = {}
+"""The field names of each dataclass ``_shape`` found (set with its shape)."""
+
+
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-@functools.lru_cache(maxsize=4096)
-def _field_names(cls: type[Any]) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _decode_datetime(value: Any) -> datetime:

@@ -4,18 +4,32 @@ Names and labels are documented in docs/tracing.md. Every metric is created
 lazily in the process that records it; recording never raises (a failure is
 logged once at warning, later at debug, on ``dex_agents_ray.tracing``).
 ``DEX_AGENTS_RAY_METRICS=0`` in a process's environment turns them off there.
+
+Counters are added up in the process and handed to Ray at most once a
+``COUNT_FLUSH_SECONDS`` (:func:`add_count`): a Ray metric record validates its
+tags and crosses into Ray's core, several times a turn on a session's hot path.
+A host or executor that exits cleanly hands them over first; Ray itself exports
+what it was handed every few seconds, so a process killed from outside loses at
+most the last second's counts on top of what Ray loses then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import threading
 from typing import Any
+
+from dex_agents_ray.engine._exit_hooks import on_clean_exit
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 
 __all__ = [
+    "COUNT_FLUSH_SECONDS",
     "METRICS_ENV",
+    "add_count",
+    "flush_counts",
     "metrics_enabled",
     "record_run_activated",
     "record_run_passivated",
@@ -77,13 +91,57 @@ def _metric(name: str) -> Any:
     return metric
 
 
+COUNT_FLUSH_SECONDS = 1.0
+"""How long counts wait in the process before they go to Ray."""
+
+_counts: dict[tuple[Any, tuple[tuple[str, str], ...]], float] = {}
+_counts_lock = threading.Lock()
+_flush_pending = False
+
+
+def add_count(counter: Any, value: float, tags: tuple[tuple[str, str], ...] = ()) -> None:
+    """Add ``value`` to ``counter`` (a ``ray.util.metrics.Counter``) with ``tags``.
+
+    The sum goes to Ray within ``COUNT_FLUSH_SECONDS`` when this thread runs an
+    event loop (a timer of that loop), else at once."""
+    global _flush_pending
+    key = (counter, tags)
+    with _counts_lock:
+        _counts[key] = _counts.get(key, 0) + value
+        if _flush_pending:
+            return
+        _flush_pending = True
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        flush_counts()
+        return
+    on_clean_exit(flush_counts)
+    loop.call_later(COUNT_FLUSH_SECONDS, flush_counts)
+
+
+def flush_counts() -> None:
+    """Hand every count added so far to Ray now."""
+    global _flush_pending
+    with _counts_lock:
+        pending = list(_counts.items())
+        _counts.clear()
+        _flush_pending = False
+    for (counter, tags), value in pending:
+        try:
+            counter.inc(value, dict(tags))
+        except Exception:
+            _failure("recording a count")
+
+
 def record_step(exec_id: str, outcome: str) -> None:
     """One committed attempt of ``exec_id`` (``<StepType>-<n>``): ``completed``,
     ``retrying`` (failed, another attempt follows) or ``failed`` (no attempt left)."""
     if not metrics_enabled():
         return
     try:
-        _metric("steps").inc(1, {"step_type": exec_id.rpartition("-")[0], "outcome": outcome})
+        tags = (("outcome", outcome), ("step_type", exec_id.rpartition("-")[0]))
+        add_count(_metric("steps"), 1, tags)
     except Exception:
         _failure("recording a Step")
 

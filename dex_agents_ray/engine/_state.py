@@ -7,7 +7,6 @@ the store accepted that commit (``RunState.apply``).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -299,7 +298,8 @@ class Tx:
             run,
             counters=dict(run.counters),
             active_step_types=list(run.active_step_types),
-            search_attributes=copy.deepcopy(run.search_attributes) if run.search_attributes else {},
+            # Writes replace or remove whole values, never change one in place.
+            search_attributes=dict(run.search_attributes),
         )
         self.commit = Commit(flow_id=self.run.flow_id, epoch=epoch)
         self._channels: dict[str, list[ChannelMessageRecord]] = {}

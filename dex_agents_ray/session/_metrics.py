@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dex_agents_ray.engine._metrics import add_count
 from dex_agents_ray.session._values import AgentToolCall, AgentUsage
 
 logger = logging.getLogger("dex_agents_ray.tracing")
@@ -100,7 +101,7 @@ class SessionMetrics:
                     ("reasoning", usage.reasoning_tokens),
                 ):
                     if count:
-                        _metric("tokens").inc(count, {"model": model, "kind": kind})
+                        add_count(_metric("tokens"), count, (("kind", kind), ("model", model)))
         except Exception:
             _failure("recording a model call")
 

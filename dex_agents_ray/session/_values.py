@@ -8,6 +8,7 @@ types, so the wire carries the plain strings.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -723,9 +724,15 @@ class ContextSummary:
 
 def json_ready(value: Any) -> Any:
     """``value`` with enums, datetimes and dataclasses as JSON data (for event payloads)."""
-    import dataclasses
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    kind = type(value)
+    if kind in _JSON_SCALARS:  # most values: before the costlier tests below
+        return value
+    if kind is dict:
+        return {key: json_ready(item) for key, item in value.items()}
+    dataclass_type = _dataclass_types.get(kind)
+    if dataclass_type is None:
+        dataclass_type = _dataclass_type(kind)
+    if dataclass_type:
         return {f.name: json_ready(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, StrEnum):
         return value.value
@@ -736,6 +743,21 @@ def json_ready(value: Any) -> Any:
     if isinstance(value, list | tuple | frozenset):
         return [json_ready(item) for item in value]
     return value
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+_dataclass_types: dict[type[Any], bool] = {}
+
+
+def _dataclass_type(kind: type[Any]) -> bool:
+    # Once per class: ``is_dataclass`` of an enum member looks the fields up through
+    # ``EnumType.__getattr__``, a failed lookup that costs more than the rest here.
+    found = dataclasses.is_dataclass(kind)
+    if len(_dataclass_types) < 1024:
+        _dataclass_types[kind] = found
+    return found
 
 
 # Every Step of a session reads these back (the message window in each model

@@ -33,6 +33,7 @@ the project, the session nothing of the agent loops, and so on."""
 PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("session/_messages.py", "dex_agents_ray.engine._stored"): "stored value sizes",
     ("session/_values.py", "dex_agents_ray.engine._codecs"): "share_decoded_values",
+    ("session/_metrics.py", "dex_agents_ray.engine._metrics"): "counters summed before Ray",
     ("testing/_crash.py", "dex_agents_ray.engine._faults"): "the engine's crash-gate hook",
     ("testing/_actors.py", "dex_agents_ray.engine._executor"): "the executor actors' names",
     ("testing/_actors.py", "dex_agents_ray.engine._hosts"): "the scheduler actor's name",

@@ -117,6 +117,10 @@ def _targets(figure: Any) -> None:
         label = f"C={concurrency} turn p99 within 10x its median"
         detail = "" if p50 is None or p99 is None else f"  ({p50:,.1f} / {p99:,.1f} ms)"
         print(f"  {label:<40}{value:>8}  {verdict}{detail}")
+    calls = [figure(ours, c, "host_calls_per_turn") for c in (1, 50)]
+    if None not in calls:
+        label = "client -> host calls a turn (RPC + polls)"
+        print(f"  {label:<40}C=1 {calls[0]:.2f}, C=50 {calls[1]:.2f}")
 
 
 def main(rounds: int, sessions: int, with_500: bool, only: list[str] | None = None) -> None:

@@ -241,6 +241,15 @@ class DexEngine:
         self._flow = flow
         self._sessions = sessions
         self._turn_ms: list[float] = []
+        self._host_calls = 0
+        self._turns = 0
+        call = engine.client._call
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self._host_calls += 1
+            return await call(*args, **kwargs)
+
+        engine.client._call = counted  # type: ignore[method-assign]
 
     @property
     def sessions(self) -> AgentSessionClient:
@@ -254,6 +263,7 @@ class DexEngine:
             # The workload's warm-up sessions are "warm-<i>": their turns are not timed.
             timed = None if session_id.startswith("warm-") else self._turn_ms
             await run_session(self._sessions, session_id, turn_ms=timed)
+            self._turns += TURNS
             return
         await self._engine.client.start_flow(self._flow, session_id, 0)
         result = await self._engine.client.wait_for_flow(session_id, timeout=600)
@@ -263,6 +273,11 @@ class DexEngine:
     def turn_latencies_ms(self) -> list[float]:
         """Each timed turn's latency (agent-session variants; none for Flows)."""
         return list(self._turn_ms)
+
+    def host_calls_per_turn(self) -> float | None:
+        """The client's Ray calls to hosts per agent turn (RPCs and long polls;
+        every session of the job, warm-ups included), or ``None`` for Flows."""
+        return self._host_calls / self._turns if self._turns else None
 
     def helper_processes(self) -> list[int]:
         """PIDs of this engine's host actors (they run the Steps)."""

@@ -194,6 +194,9 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
     if turns:  # a system that times each turn (after the warm-up sessions)
         extra["turn_ms_p50"] = statistics.median(turns)
         extra["turn_ms_p99"] = percentile(turns, 0.99)
+    host_calls = getattr(system, "host_calls_per_turn", lambda: None)()
+    if host_calls is not None:
+        extra["host_calls_per_turn"] = host_calls
     platform: list[int] = getattr(system, "ray_system_processes", list)()
     if platform:
         extra["platform_rss_mb"] = _peak_rss_mb(platform)

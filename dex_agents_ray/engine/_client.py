@@ -43,6 +43,7 @@ from dex_agents_ray.engine._errors import (
     unwrap,
 )
 from dex_agents_ray.engine._operations import StartRequest
+from dex_agents_ray.engine._polls import SharedPolls
 from dex_agents_ray.engine._query import Term, matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
 from dex_agents_ray.engine._sdk import (
@@ -155,6 +156,12 @@ class EngineClient:
         self._live_tails: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         """Stream positions a long poll answered as the newest then: a reader
         there polls the host again at once (a store read would find nothing)."""
+        self._polls = SharedPolls(
+            lambda flow_id, *args: self._call(flow_id, "wait_streams", *args),
+            engine.placement.host_name,
+            READ_AHEAD,
+        )
+        """Long polls shared by the readers waiting on the same host."""
 
     # -- host calls --------------------------------------------------------------------
 
@@ -503,7 +510,7 @@ class EngineClient:
                 )
             wait = 5.0 if remaining is None else min(remaining, 5.0)
             # The long poll answers with the records themselves.
-            records = await self._call(flow_id, "wait_stream", stream.name, after, READ_AHEAD, wait)
+            records = await self._polls.wait(flow_id, stream.name, after, wait)
             if 0 < len(records) < READ_AHEAD:
                 self._live_tails[(flow_id, stream.name, records[-1].offset)] = None
                 while len(self._live_tails) > READ_AHEAD_KEYS:

@@ -333,6 +333,19 @@ class FlowHost:
         ``timeout`` for the first (long poll); ``[]`` when none came."""
         return await envelope(self._streams.wait(flow_id, stream, after_offset, limit, timeout))
 
+    async def wait_streams(
+        self,
+        flow_id: str,
+        positions: list[tuple[str, str, int]],
+        limit: int,
+        timeout: float | None,
+    ) -> Envelope:
+        """One long poll for many readers of runs on this host (a client's shared
+        poll; ``flow_id``, the first position's, routes it): ``(index, records)``
+        for each ``(flow ID, stream, after offset)`` with records past it, waiting
+        up to ``timeout`` for the first; ``[]`` when none came."""
+        return await envelope(self._streams.wait_many(positions, limit, timeout))
+
     # -- remote Step tasks -------------------------------------------------------------
 
     async def ack_remote_start(self, flow_id: str, exec_id: str, attempt: int) -> bool:

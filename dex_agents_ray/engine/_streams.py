@@ -224,6 +224,74 @@ class StreamBuffer:
             records = await self._store.read_stream(flow_id, stream, after_offset, limit)
         return await self._gather(flow_id, stream, records, limit, until) if records else records
 
+    async def wait_many(
+        self, positions: Sequence[tuple[str, str, int]], limit: int, timeout: float | None
+    ) -> list[tuple[int, list[StreamRecord]]]:
+        """The long poll of many readers at once (one client's readers of runs on
+        this host): ``(index, records)`` for each position of ``positions``
+        (``(flow ID, stream, after offset)``) that has records past it, waiting up
+        to ``timeout`` for the first; ``[]`` when none came.
+
+        A position found with records gathers what follows as :meth:`wait` does
+        (all of them at once); the others get what reached this host's tails
+        meanwhile, without waiting. A position at the newest record this host
+        wrote waits without a store read; any other is read from the store once
+        before the wait, as :meth:`wait` reads it."""
+        if not positions:
+            return []
+        loop = asyncio.get_running_loop()
+        until = None if timeout is None else loop.time() + timeout
+        found = self._sweep(positions, limit, {})
+        if not found:
+            waiters: set[asyncio.Future[None]] = set()
+            for index, (flow_id, stream, after) in enumerate(positions):
+                key = (flow_id, stream)
+                waiter = self._waiters.get(key)
+                if waiter is None or waiter.done():
+                    waiter = self._waiters[key] = loop.create_future()
+                waiters.add(waiter)
+                tail = self._tails.get(key)
+                if tail and tail[-1].offset == after:
+                    continue  # at the newest record: only a write here can add one
+                # Registered before looking, so a write in between still wakes us.
+                records = await self._store.read_stream(flow_id, stream, after, limit)
+                if records:
+                    found[index] = records
+            if not found:
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                found = self._sweep(positions, limit, {})
+                for index, (flow_id, stream, after) in enumerate(positions):
+                    if index not in found and self._from_tail(flow_id, stream, after, 1) is None:
+                        waiter = self._waiters.get((flow_id, stream))
+                        if waiter is None or waiter.done():  # woken, but not in the tail
+                            records = await self._store.read_stream(flow_id, stream, after, limit)
+                            if records:
+                                found[index] = records
+        if found:
+            gathered = await asyncio.gather(
+                *(
+                    self._gather(positions[i][0], positions[i][1], records, limit, until)
+                    for i, records in found.items()
+                )
+            )
+            found = dict(zip(found, gathered, strict=True))
+            found = self._sweep(positions, limit, found)
+        return sorted(found.items())
+
+    def _sweep(
+        self,
+        positions: Sequence[tuple[str, str, int]],
+        limit: int,
+        found: dict[int, list[StreamRecord]],
+    ) -> dict[int, list[StreamRecord]]:
+        """``found`` plus the positions not in it that this host's tails answer."""
+        for index, (flow_id, stream, after) in enumerate(positions):
+            if index not in found:
+                records = self._from_tail(flow_id, stream, after, limit)
+                if records:
+                    found[index] = records
+        return found
+
     def close(self) -> None:
         """Stop the writers (queued writes are dropped)."""
         for task in self._writers.values():

@@ -243,7 +243,7 @@ async def test_a_reader_at_the_tail_a_long_poll_gave_polls_the_host_without_a_st
     call = client._call
 
     async def watched_call(*args: Any, **kwargs: Any) -> Any:
-        if args[1] == "wait_stream":
+        if args[1] == "wait_streams":
             polling.set()
         return await call(*args, **kwargs)
 

@@ -120,7 +120,7 @@ def _targets(figure: Any) -> None:
     calls = [figure(ours, c, "host_calls_per_turn") for c in (1, 50)]
     if None not in calls:
         label = "client -> host calls a turn (RPC + polls)"
-        print(f"  {label:<40}C=1 {calls[0]:.2f}, C=50 {calls[1]:.2f}")
+        print(f"  {label:<42}C=1 {calls[0]:.2f}, C=50 {calls[1]:.2f}")
 
 
 def main(rounds: int, sessions: int, with_500: bool, only: list[str] | None = None) -> None:

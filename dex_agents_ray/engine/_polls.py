@@ -89,10 +89,7 @@ class _HostPolls:
 
     async def _poll(self, readers: list[_Reader]) -> None:
         loop = asyncio.get_running_loop()
-        by_position: dict[Position, list[_Reader]] = {}
-        for reader in readers:
-            by_position.setdefault(reader.position, []).append(reader)
-        positions = list(by_position)
+        positions = list(dict.fromkeys(r.position for r in readers))  # readers may share one
         timeout = max(0.0, min(r.deadline for r in readers) - loop.time())
         try:
             answered = await self._call(positions[0][0], positions, self._limit, timeout)

@@ -236,7 +236,9 @@ class ExecutorPoolOptions:
     (``dexexec:<shape>:<i>``), spread over the nodes that have the shape's
     resources. A host sends a call to the executor it has the fewest calls on;
     it starts another executor (up to ``max_executors``) when every executor it
-    knows reports calls waiting for a slot. Calls past every slot wait in the
+    knows reports calls waiting for a slot. The first call of a shape starts
+    ``min_executors`` of them at once, so that much capacity is warm before a
+    burst needs it. Calls past every slot wait in the
     executor, and that wait counts against neither the Step's timeout nor its
     heartbeat timeout: both start when the call acknowledges its start. Ray
     restarts an executor that dies; its in-flight attempts fail (``NOT_STARTED``
@@ -244,6 +246,9 @@ class ExecutorPoolOptions:
     ``FlowEngine.stop_hosts``.
     """
 
+    min_executors: int = 1
+    """Executors per shape started together by the first call of that shape
+    (each host starts the same named ones; they live until ``stop_hosts``)."""
     max_executors: int = 8
     """Most executors per shape."""
     orphan_check: timedelta = timedelta(seconds=2)
@@ -254,6 +259,11 @@ class ExecutorPoolOptions:
         if self.max_executors < 1:
             raise ValueError(
                 f"ExecutorPoolOptions.max_executors must be >= 1, got {self.max_executors}"
+            )
+        if not 1 <= self.min_executors <= self.max_executors:
+            raise ValueError(
+                "ExecutorPoolOptions.min_executors must be between 1 and max_executors "
+                f"({self.max_executors}), got {self.min_executors}"
             )
         if self.orphan_check <= timedelta(0):
             raise ValueError(

@@ -4,7 +4,8 @@ Each host process keeps, per resource shape, the executors it has used and how
 many of its calls each one runs. A call goes to the first executor with a
 free slot by that count; when every executor it knows is at its slot count,
 or one reported a call that had to wait for a slot, the host starts the next
-one (up to ``ExecutorPoolOptions.max_executors``). Executors are named, so every host of
+one (up to ``ExecutorPoolOptions.max_executors``); the first call of a shape
+starts ``ExecutorPoolOptions.min_executors`` at once. Executors are named, so every host of
 a namespace finds the same ones, and Ray restarts one that dies.
 """
 
@@ -180,7 +181,9 @@ class ExecutorPool:
         """The first executor with a free slot (calls made together share one, and
         their acknowledgements one batch); a new one when none has, and the
         least busy at the maximum."""
-        if shape.handles and not shape.saw_queueing:
+        while len(shape.handles) < self._options.min_executors:
+            self._start(shape)
+        if not shape.saw_queueing:
             for index, count in enumerate(shape.in_flight):
                 if count < shape.concurrency:
                     return index

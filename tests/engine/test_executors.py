@@ -53,6 +53,23 @@ async def test_500_queued_calls_all_run_once_and_queueing_is_not_timed(
     assert not [h for h in history if h.event == "attempt_failed"]
 
 
+async def test_the_first_call_of_a_shape_starts_the_minimum_of_executors(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    pool = ExecutorPoolOptions(min_executors=3, max_executors=4)
+    engine = await engine_factory([flow], executor_pool=pool)
+    await engine.client.start_flow(flow, "fan-min", Fan(str(state_dir), 4, concurrency=10))
+
+    result = await engine.client.wait_for_flow("fan-min", timeout=120)
+
+    assert result.status is FlowStatus.COMPLETED
+    stats = await _stats(namespace)
+    assert len(stats) == 3  # started together, before any of them was full
+    # The calls go to the first executor with a free slot; the others wait warm.
+    assert sorted(s["completed"] for s in stats) == [0, 0, 4]
+
+
 async def test_calls_that_finish_together_commit_in_one_transaction(
     engine_factory: Any, state_dir: Path
 ) -> None:
@@ -182,6 +199,8 @@ def test_executor_options_are_checked_and_shapes_share_a_reservation() -> None:
         (lambda: RayTaskOptions(max_concurrency=0), "max_concurrency"),
         (lambda: RayTaskOptions(execution="fork"), "fork"),  # type: ignore[arg-type]
         (lambda: ExecutorPoolOptions(max_executors=0), "max_executors"),
+        (lambda: ExecutorPoolOptions(min_executors=0), "min_executors"),
+        (lambda: ExecutorPoolOptions(min_executors=9), "min_executors"),
         (lambda: ExecutorPoolOptions(orphan_check=timedelta(0)), "orphan_check"),
     ):
         try:

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,12 @@ class StepExecutor:
         self._shape = shape
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
+        # Sync tools run in the loop's default thread pool (``asyncio.to_thread``):
+        # a thread per slot (started when needed), so a call that holds a slot
+        # never waits for another call's thread while its Step timeout runs.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dex-executor")
+        )
         self._waiting = 0
         self._running = 0
         self._completed = 0

@@ -39,6 +39,8 @@ class Fan:
     """Which calls wait at the gate; ``None``: all of them."""
     task: bool = False
     resources: dict[str, float] = field(default_factory=dict)
+    in_thread: bool = False
+    """Gated calls wait in a thread (``asyncio.to_thread``), as a sync tool runs."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,11 @@ class RemoteCall(Step[CallInput]):
             f"{input.index}/{context.attempt}"
         )
         if fan.gate is not None and (fan.gated is None or input.index in fan.gated):
-            await FileGate(fan.state_dir, f"{fan.gate}-{input.index}").wait_for_release()
+            gate = FileGate(fan.state_dir, f"{fan.gate}-{input.index}")
+            if fan.in_thread:
+                await asyncio.to_thread(gate.wait_for_release_sync)
+            else:
+                await gate.wait_for_release()
         elif fan.sleep_seconds:
             await asyncio.sleep(fan.sleep_seconds)
         import ray

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,28 @@ async def test_the_first_call_of_a_shape_starts_the_minimum_of_executors(
     assert len(stats) == 3  # started together, before any of them was full
     # The calls go to the first executor with a free slot; the others wait warm.
     assert sorted(s["completed"] for s in stats) == [0, 0, 4]
+
+
+async def test_every_slot_of_an_executor_has_a_thread_for_sync_code(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    engine = await engine_factory([flow], executor_pool=ExecutorPoolOptions(max_executors=1))
+    # More calls blocked in threads at once than asyncio's default pool has threads
+    # here (min(32, CPUs + 4)): each holds a slot, so each must get a thread.
+    count = (os.cpu_count() or 1) + 8
+    fan = Fan(str(state_dir), count, concurrency=count, gate="held", in_thread=True)
+    await engine.client.start_flow(flow, "fan-threads", fan)
+    for i in range(count):
+        await FileGate(state_dir, f"held-{i}").wait_until_reached(timeout=120)
+    for i in range(count):
+        FileGate(state_dir, f"held-{i}").release()
+
+    result = await engine.client.wait_for_flow("fan-threads", timeout=120)
+
+    assert result.status is FlowStatus.COMPLETED
+    assert not [o for o in result.completions[0].decode(list[str]) if ":failed:" in o]
+    assert [s["completed"] for s in await _stats(namespace)] == [count]
 
 
 async def test_calls_that_finish_together_commit_in_one_transaction(
@@ -188,7 +211,7 @@ async def test_task_execution_runs_each_attempt_in_a_task_worker(
 def test_executor_options_are_checked_and_shapes_share_a_reservation() -> None:
     light = RayTaskOptions(num_cpus=0.1)
     assert light.execution is RemoteExecution.POOL
-    assert light.executor_concurrency() == 100
+    assert light.executor_concurrency() == 1000
     assert RayTaskOptions(num_gpus=1).executor_concurrency() == 1
     assert RayTaskOptions(resources={"browser": 1}).executor_concurrency() == 1
     assert RayTaskOptions(num_cpus=2, max_concurrency=4).executor_concurrency() == 4

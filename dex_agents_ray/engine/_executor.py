@@ -117,9 +117,11 @@ class StepExecutor:
         self._slots = asyncio.Semaphore(concurrency)
         # Sync tools run in the loop's default thread pool (``asyncio.to_thread``):
         # a thread per slot (started when needed), so a call that holds a slot
-        # never waits for another call's thread while its Step timeout runs.
+        # never waits for another call's thread while its Step timeout runs; never
+        # fewer than asyncio's own default, which the executor's housekeeping shares.
+        threads = max(concurrency, min(32, (os.cpu_count() or 1) + 4))
         asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dex-executor")
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dex-executor")
         )
         self._waiting = 0
         self._running = 0

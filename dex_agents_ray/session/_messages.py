@@ -56,20 +56,15 @@ def encoded_size(message: AgentMessage, context: Context | None = None) -> int:
 
 class _Window:
     """The window as keys and stored sizes; a message is decoded only when it
-    moves into a chunk (a model Step's transcript already decoded them all)."""
+    moves into a chunk (a model Step's transcript already decoded them all), and
+    a stored message's size is read only when chunking needs it (a window under
+    its limit never does)."""
 
     def __init__(self, context: Context) -> None:
         self._context = context
-        self.entries: list[tuple[str, int, AgentMessage | None]] = []
-        for key in sorted(AGENT_MESSAGES.get_all_instance_keys(context)):
-            size = stored_size(context, AGENT_MESSAGES, key)
-            if size is None:
-                message = AGENT_MESSAGES.get(context, key)
-                if message is None:
-                    continue
-                self.entries.append((key, encoded_size(message, context), message))
-            else:
-                self.entries.append((key, size, None))
+        self.entries: list[tuple[str, int | None, AgentMessage | None]] = [
+            (key, None, None) for key in sorted(AGENT_MESSAGES.get_all_instance_keys(context))
+        ]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -80,17 +75,29 @@ class _Window:
     def first_sequence(self) -> int:
         return int(self.entries[0][0])
 
+    def size(self, index: int) -> int:
+        """Stored bytes of the ``index``-th oldest message (measured once)."""
+        key, size, message = self.entries[index]
+        if size is None:
+            size = stored_size(self._context, AGENT_MESSAGES, key)
+            if size is None:  # not this engine's Context
+                message = self._message(key)
+                size = encoded_size(message, self._context)
+            self.entries[index] = (key, size, message)
+        return size
+
     def take(self, count: int) -> tuple[list[AgentMessage], list[int]]:
         """Remove and return the ``count`` oldest messages and their sizes."""
+        sizes = [self.size(i) for i in range(count)]
         taken, self.entries = self.entries[:count], self.entries[count:]
-        messages = []
-        for key, _, message in taken:
-            if message is None:
-                message = AGENT_MESSAGES.get(self._context, key)
-                if message is None:
-                    raise RuntimeError(f"window message {key} vanished while being chunked")
-            messages.append(message)
-        return messages, [size for _, size, _ in taken]
+        messages = [message or self._message(key) for key, _, message in taken]
+        return messages, sizes
+
+    def _message(self, key: str) -> AgentMessage:
+        message = AGENT_MESSAGES.get(self._context, key)
+        if message is None:
+            raise RuntimeError(f"window message {key} vanished while being chunked")
+        return message
 
 
 def window_messages(context: Context) -> list[AgentMessage]:
@@ -156,7 +163,8 @@ def _write_chunk(
 def _take_chunk(window: _Window, options: AgentSessionOptions) -> int:
     """How many of the oldest window messages fit one chunk (at least one)."""
     count, total = 0, 0
-    for _, size, _ in window.entries:
+    for index in range(len(window)):
+        size = window.size(index)
         if count and (
             count >= options.message_chunk_size or total + size > options.message_chunk_max_bytes
         ):
@@ -214,7 +222,7 @@ def append_messages(
     while len(window) > options.message_window_size and moved < MAX_CHUNKS_PER_COMMIT:
         # Whole chunks leave the window, so chunks stay near message_chunk_size.
         count = _take_chunk(window, options)
-        taken_bytes = sum(size for _, size, _ in window.entries[:count])
+        taken_bytes = sum(window.size(i) for i in range(count))
         if moved and moved_bytes + taken_bytes > MAX_CHUNK_BYTES:
             break
         chunks.append(_write_chunk(context, *window.take(count)))

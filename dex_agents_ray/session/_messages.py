@@ -90,7 +90,7 @@ class _Window:
         """Remove and return the ``count`` oldest messages and their sizes."""
         sizes = [self.size(i) for i in range(count)]
         taken, self.entries = self.entries[:count], self.entries[count:]
-        messages = [message or self._message(key) for key, _, message in taken]
+        messages = [m if m is not None else self._message(key) for key, _, m in taken]
         return messages, sizes
 
     def _message(self, key: str) -> AgentMessage:

@@ -130,22 +130,20 @@ class AttemptRunner:
         first_attempt_at = record.first_attempt_at or float(int(clock.now()))
         local = record.remote is None
         request = (
-            self.state.wait_for_request(record, attempt, attributes=not local)
+            self.state.wait_for_request(record, attempt, attributes=False)
             if is_wait
             else self.state.execute_request(
-                evolve(record, first_attempt_at=first_attempt_at), attempt, attributes=not local
+                evolve(record, first_attempt_at=first_attempt_at), attempt, attributes=False
             )
         )
-        # A local attempt reads the Attributes from the same snapshot, lazily.
-        values = (
-            self.state.attribute_values(
-                options.wait_for_load_attribute_map_instances
-                if is_wait
-                else options.execute_load_attribute_map_instances
-            )
-            if local
-            else None
+        loaded_maps = (
+            options.wait_for_load_attribute_map_instances
+            if is_wait
+            else options.execute_load_attribute_map_instances
         )
+        # A local attempt reads the Attributes from the same snapshot, lazily; a
+        # remote one gets them in its request.
+        values = self.state.attribute_values(loaded_maps) if local else None
         raw_timeout = (
             options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
         )
@@ -175,7 +173,8 @@ class AttemptRunner:
             live = Live(attempt, loop.time(), lambda: _cancel(future))
             decode: Callable[[Any], StepResult] = _identity
         else:
-            future, kill = self._submit_remote(record, attempt, method, request, progress)
+            payload = request.SerializeToString() + self.state.attributes_wire(loaded_maps)
+            future, kill = self._submit_remote(record, attempt, method, payload, progress)
             live = Live(attempt, loop.time(), kill, first_attempt_at, asyncio.Event())
             decode = _decode_remote
         self._live[exec_id] = live
@@ -205,9 +204,10 @@ class AttemptRunner:
         record: ExecRecord,
         attempt: int,
         method: InvocationMethod,
-        request: Any,
+        payload: bytes,
         progress: StepAttemptProgress,
     ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
+        """Send an attempt's serialized request (``payload``) to Ray."""
         import ray
 
         assert self.definition is not None and record.remote is not None
@@ -225,7 +225,7 @@ class AttemptRunner:
                     definition.blob_key,
                     [definition.blob_ref],
                     method_name,
-                    request.SerializeToString(),
+                    payload,
                     progress.value,
                     self._host_name,
                     self.flow_id,
@@ -241,7 +241,7 @@ class AttemptRunner:
             .remote(
                 definition.blob_ref,
                 method_name,
-                request.SerializeToString(),
+                payload,
                 progress.value,
                 self._host_handle,
                 self.flow_id,
@@ -276,6 +276,9 @@ class AttemptRunner:
             self.streams.write(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
             return
         checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
+        record = self.state.execs.get(exec_id)
+        if record is not None and record.heartbeat == checkpoint:
+            return  # nothing new to store (most beats: liveness only)
         self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
 
     async def _persist_heartbeat(

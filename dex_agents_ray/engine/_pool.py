@@ -144,20 +144,33 @@ class ExecutorPool:
         batch = shape.outgoing.pop(index, [])
         if not batch:
             return
-        task = asyncio.ensure_future(self._deliver_batch(shape, index, batch))
+        # The actor call goes out now, not in the task's first step: Steps that
+        # became ready in the same commit (a Step's in-host ``wait_for``) would
+        # otherwise run before it.
+        ref = None
+        if index not in shape.restarting:
+            try:
+                ref = _call(shape.handles[index], batch)
+            except Exception as error:  # nothing was sent: each attempt fails unstarted
+                for pending in batch:
+                    _resolve(pending, ("error", error))
+                return
+        task = asyncio.ensure_future(self._deliver_batch(shape, index, batch, ref))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _deliver_batch(self, shape: _Shape, index: int, batch: list[_Pending]) -> None:
+    async def _deliver_batch(
+        self, shape: _Shape, index: int, batch: list[_Pending], ref: Any
+    ) -> None:
         handle = shape.handles[index]
-        if index in shape.restarting:
+        if ref is None:
             await _until_alive(handle)
             shape.restarting.discard(index)
-        died = False
+            ref = _call(handle, batch)
         if len(batch) == 1:
-            died = await _settle_one(handle.run.remote(*batch[0].args), batch[0])
+            died = await _settle_one(ref, batch[0])
         else:
-            died = await _settle_many(handle.run_many.remote([p.args for p in batch]), batch)
+            died = await _settle_many(ref, batch)
         if died:
             shape.restarting.add(index)
 
@@ -218,6 +231,13 @@ class ExecutorPool:
         )
         shape.handles.append(handle)
         shape.in_flight.append(0)
+
+
+def _call(handle: Any, batch: list[_Pending]) -> Any:
+    """Send ``batch`` to the executor ``handle``: its reply's object ref."""
+    if len(batch) == 1:
+        return handle.run.remote(*batch[0].args)
+    return handle.run_many.remote([p.args for p in batch])
 
 
 def _resolve(pending: _Pending, outcome: CallOutcome) -> None:

@@ -437,7 +437,7 @@ class SqliteFlowStore:
             )
         if c.prune is not None:
             self._prune(db, fid, c.prune)
-        return [self._append_stream(db, fid, item) for item in c.stream_appends]
+        return self._append_streams(db, fid, c.stream_appends)
 
     @staticmethod
     def _prune(db: sqlite3.Connection, fid: str, prune: PruneRequest) -> None:
@@ -622,34 +622,75 @@ class SqliteFlowStore:
 
     async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
         def append(db: sqlite3.Connection) -> list[int]:
-            return [self._append_stream(db, flow_id, item) for item in appends]
+            return self._append_streams(db, flow_id, appends)
 
         # Streams ride in the group transactions of the commits around them.
         return await self._retry("append_streams", lambda: self._grouped(append))
 
-    def _append_stream(self, db: sqlite3.Connection, flow_id: str, item: StreamAppend) -> int:
-        last = db.execute(
+    def _append_streams(
+        self, db: sqlite3.Connection, flow_id: str, items: Sequence[StreamAppend]
+    ) -> list[int]:
+        """Append ``items`` in order; their offsets. Each stream's last offset is read
+        once and its rows go in one statement; a stream is trimmed once, after its
+        rows (the same rows stay as trimming after each: the newest that fit)."""
+        if len(items) < 2:
+            return [self._append_stream(db, flow_id, item) for item in items]
+        last: dict[str, int] = {}
+        offsets: list[int] = []
+        rows: list[tuple[Any, ...]] = []
+        now = time.time()
+        for item in items:
+            offset = last.get(item.stream)
+            if offset is None:
+                offset = self._last_offset(db, flow_id, item.stream)
+            offset += 1
+            last[item.stream] = offset
+            offsets.append(offset)
+            rows.append((flow_id, item.stream, offset, now, item.source, item.value))
+        db.executemany("INSERT INTO streams VALUES (?,?,?,?,?,?)", rows)
+        capacities: dict[str, set[int]] = {}
+        added: dict[str, int] = {}
+        for item in items:
+            capacities.setdefault(item.stream, set()).add(item.capacity_bytes)
+            added[item.stream] = added.get(item.stream, 0) + len(item.value)
+        for stream, capacity in capacities.items():
+            self._account(db, flow_id, stream, max(capacity), added[stream])
+        return offsets
+
+    @staticmethod
+    def _last_offset(db: sqlite3.Connection, flow_id: str, stream: str) -> int:
+        row = db.execute(
             "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
-            (flow_id, item.stream),
-        ).fetchone()[0]
-        offset = int(last) + 1
+            (flow_id, stream),
+        ).fetchone()
+        return int(row[0])
+
+    def _account(
+        self, db: sqlite3.Connection, flow_id: str, stream: str, capacity: int, added: int
+    ) -> None:
+        """Count ``added`` bytes to a stream just appended to; trim it past ``capacity``."""
+        if capacity <= 0:
+            return
+        key = (flow_id, stream)
+        held = self._stream_bytes.get(key)
+        if held is None:
+            held = self._stream_size(db, flow_id, stream)
+        else:
+            held += added
+        if held > capacity:
+            self._trim_stream(db, flow_id, stream, capacity)
+            held = self._stream_size(db, flow_id, stream)
+        if len(self._stream_bytes) >= _STREAM_SIZES_KEPT and key not in self._stream_bytes:
+            self._stream_bytes.clear()
+        self._stream_bytes[key] = held
+
+    def _append_stream(self, db: sqlite3.Connection, flow_id: str, item: StreamAppend) -> int:
+        offset = self._last_offset(db, flow_id, item.stream) + 1
         db.execute(
             "INSERT INTO streams VALUES (?,?,?,?,?,?)",
             (flow_id, item.stream, offset, time.time(), item.source, item.value),
         )
-        if item.capacity_bytes > 0:
-            key = (flow_id, item.stream)
-            held = self._stream_bytes.get(key)
-            if held is None:
-                held = self._stream_size(db, flow_id, item.stream)
-            else:
-                held += len(item.value)
-            if held > item.capacity_bytes:
-                self._trim_stream(db, flow_id, item.stream, item.capacity_bytes)
-                held = self._stream_size(db, flow_id, item.stream)
-            if len(self._stream_bytes) >= _STREAM_SIZES_KEPT and key not in self._stream_bytes:
-                self._stream_bytes.clear()
-            self._stream_bytes[key] = held
+        self._account(db, flow_id, item.stream, item.capacity_bytes, len(item.value))
         return offset
 
     @staticmethod

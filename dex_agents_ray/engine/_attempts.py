@@ -24,6 +24,7 @@ from dex_agents_ray.engine._pool import AbandonedAttempt, ExecutorPool
 from dex_agents_ray.engine._records import ExecRecord, ExecStatus, evolve
 from dex_agents_ray.engine._remote import (
     ABANDONED,
+    RemoteRequest,
     decode_frame,
     decode_result,
     definition_key,
@@ -173,7 +174,10 @@ class AttemptRunner:
             live = Live(attempt, loop.time(), lambda: _cancel(future))
             decode: Callable[[Any], StepResult] = _identity
         else:
-            payload = request.SerializeToString() + self.state.attributes_wire(loaded_maps)
+            payload = (
+                request.SerializeToString(),
+                self.state.attribute_snapshot(loaded_maps),
+            )
             future, kill = self._submit_remote(record, attempt, method, payload, progress)
             live = Live(attempt, loop.time(), kill, first_attempt_at, asyncio.Event())
             decode = _decode_remote
@@ -204,10 +208,10 @@ class AttemptRunner:
         record: ExecRecord,
         attempt: int,
         method: InvocationMethod,
-        payload: bytes,
+        payload: RemoteRequest,
         progress: StepAttemptProgress,
     ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
-        """Send an attempt's serialized request (``payload``) to Ray."""
+        """Send an attempt's request (see ``RemoteRequest``) to Ray."""
         import ray
 
         assert self.definition is not None and record.remote is not None

@@ -40,6 +40,7 @@ from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
 from dex_agents_ray.engine._options import StepAttemptProgress
 from dex_agents_ray.engine._remote import (
     ABANDONED,
+    RemoteRequest,
     encode_frame,
     encode_result,
     load_definition,
@@ -144,7 +145,7 @@ class StepExecutor:
         definition_key: str,
         blob_box: list[Any],
         method: str,
-        request: bytes,
+        request: RemoteRequest,
         progress: str,
         host_name: str,
         flow_id: str,
@@ -229,7 +230,7 @@ class StepExecutor:
         definition_key: str,
         blob_box: list[Any],
         method: str,
-        request: bytes,
+        request: RemoteRequest,
         progress: str,
         host_name: str,
         link: _HostLink,
@@ -240,7 +241,7 @@ class StepExecutor:
         flow, mapper = await self._definition(definition_key, blob_box)
         if not await self._acknowledge(link, key):
             return ABANDONED
-        invocation, parsed = parse_request(method, request)
+        invocation, parsed, values = parse_request(method, request)
 
         def sink(frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
             self._queue_frame(link, (*key, *encode_frame(frame)))
@@ -259,6 +260,7 @@ class StepExecutor:
                 attempt_progress=StepAttemptProgress(progress),
                 is_active=active,
                 sink=sink,
+                attribute_values=values,
             )
         )
         call = _Call(host_name, task, asyncio.get_running_loop().time())

@@ -17,6 +17,7 @@ from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._faults import wait_at_gate_before_ack
 from dex_agents_ray.engine._invoke import (
+    AttributeValues,
     FlowMapper,
     MovementExtras,
     StepResult,
@@ -99,19 +100,32 @@ def decode_frame(kind: str, payload: bytes) -> pb.StepMethodHeartbeat | pb.StepS
     return frame
 
 
+RemoteRequest = tuple[bytes, dict[str, bytes]]
+"""What a host sends for one remote attempt: its serialized request without the
+Attributes, and the Attributes' stored bytes by key. The handler parses and
+decodes only the Attributes it reads, as one run in the host does."""
+
+
 def parse_request(
-    method: str, request: bytes
-) -> tuple[InvocationMethod, pb.InvokeExecuteMethodRequest | pb.InvokeWaitForMethodRequest]:
-    """Decode what the host sent: ``"wait_for"`` or ``"execute"`` and its request."""
+    method: str, request: RemoteRequest
+) -> tuple[
+    InvocationMethod,
+    pb.InvokeExecuteMethodRequest | pb.InvokeWaitForMethodRequest,
+    AttributeValues,
+]:
+    """Decode what the host sent: ``"wait_for"`` or ``"execute"``, its request and
+    a lazy view of its Attributes (for ``invoke_step``'s ``attribute_values``)."""
+    payload, attributes = request
+    values = AttributeValues(attributes, {})
     if method == "wait_for":
-        return InvocationMethod.WAIT_FOR, pb.InvokeWaitForMethodRequest.FromString(request)
-    return InvocationMethod.EXECUTE, pb.InvokeExecuteMethodRequest.FromString(request)
+        return InvocationMethod.WAIT_FOR, pb.InvokeWaitForMethodRequest.FromString(payload), values
+    return InvocationMethod.EXECUTE, pb.InvokeExecuteMethodRequest.FromString(payload), values
 
 
 def run_remote_step(
     blob: bytes,
     method: str,
-    request: bytes,
+    request: RemoteRequest,
     progress: str,
     host: Any,
     flow_id: str,
@@ -125,7 +139,7 @@ def run_remote_step(
     if not ray.get(host.ack_remote_start.remote(flow_id, exec_id, attempt)):
         return ABANDONED
     flow, mapper = load_definition(blob)
-    invocation, parsed = parse_request(method, request)
+    invocation, parsed, values = parse_request(method, request)
     sent: list[Any] = []
 
     def sink(frame: pb.StepMethodHeartbeat | pb.StepStreamWrite) -> None:
@@ -141,6 +155,7 @@ def run_remote_step(
                 attempt_progress=StepAttemptProgress(progress),
                 is_active=lambda: True,
                 sink=sink,
+                attribute_values=values,
             )
         )
     finally:

@@ -147,22 +147,6 @@ class RunState:
             for key, value in self.attribute_snapshot(loaded_map_keys).items()
         ]
 
-    def attributes_wire(self, loaded_map_keys: Sequence[str]) -> bytes:
-        """The same Attributes as the serialized ``attributes`` field of an
-        ``execute`` or ``wait_for`` request (field 5 of both): appended to a request
-        serialized without them, it parses as :meth:`attribute_kvs` set there. The
-        stored values are serialized ``Value`` messages already, so none is parsed."""
-        return b"".join(
-            _ATTRIBUTES_TAG + _varint(len(kv)) + kv
-            for kv in (
-                _KV_KEY_TAG + _varint(len(k)) + k + _KV_VALUE_TAG + _varint(len(v)) + v
-                for k, v in (
-                    (key.encode(), value)
-                    for key, value in self.attribute_snapshot(loaded_map_keys).items()
-                )
-            )
-        )
-
     def attribute_values(self, loaded_map_keys: Sequence[str]) -> AttributeValues:
         """The same Attributes for a handler run in this process: parsed and
         decoded when it reads them, decoded values shared across its Steps."""
@@ -284,21 +268,6 @@ class RunState:
         if input_value is not None:
             request.input.CopyFrom(input_value)
         return request
-
-
-_ATTRIBUTES_TAG = bytes([(5 << 3) | 2])
-"""The ``attributes`` field (5, length-delimited) of both invoke requests."""
-_KV_KEY_TAG = bytes([(1 << 3) | 2])
-_KV_VALUE_TAG = bytes([(2 << 3) | 2])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _search_value(value: pb.Value) -> Any:

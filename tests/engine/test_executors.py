@@ -232,3 +232,37 @@ def test_executor_options_are_checked_and_shapes_share_a_reservation() -> None:
             assert field in str(error)
         else:
             raise AssertionError(f"{field} was accepted")
+
+
+async def test_a_batch_ray_refuses_at_once_fails_its_attempts_unsent() -> None:
+    """A batch whose actor call raises as it is made (nothing was sent) fails each of
+    its attempts with that error instead of leaving them waiting."""
+    import asyncio
+
+    from dex_agents_ray.engine._pool import ExecutorPool
+
+    class _Refusing:
+        def remote(self, *args: Any) -> Any:
+            raise TypeError("cannot send this call")
+
+    class _Handle:
+        run = _Refusing()
+        run_many = _Refusing()
+
+    options = RayTaskOptions(num_cpus=0)
+    pool = ExecutorPool("ns", ExecutorPoolOptions(min_executors=1, max_executors=1))
+    shape = pool._shape(options, options.to_json())
+    shape.handles.append(_Handle())
+    shape.in_flight.append(0)
+    args = ("key", [None], "execute", (b"", {}), "", "host", "flow", "exec", 1)
+    first, _ = pool.submit(options, options.to_json(), args, ("flow", "exec", 1), print)
+    second, _ = pool.submit(options, options.to_json(), args, ("flow", "exec2", 1), print)
+
+    for future in (first, second):
+        try:
+            await asyncio.wait_for(future, 5)
+        except TypeError as error:
+            assert str(error) == "cannot send this call"
+        else:
+            raise AssertionError("the attempt did not fail")
+    assert shape.in_flight == [0]

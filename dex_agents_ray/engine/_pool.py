@@ -149,11 +149,8 @@ class ExecutorPool:
         # otherwise run before it.
         ref = None
         if index not in shape.restarting:
-            try:
-                ref = _call(shape.handles[index], batch)
-            except Exception as error:  # nothing was sent: each attempt fails unstarted
-                for pending in batch:
-                    _resolve(pending, ("error", error))
+            ref = _call(shape.handles[index], batch)
+            if ref is None:
                 return
         task = asyncio.ensure_future(self._deliver_batch(shape, index, batch, ref))
         self._background.add(task)
@@ -167,6 +164,8 @@ class ExecutorPool:
             await _until_alive(handle)
             shape.restarting.discard(index)
             ref = _call(handle, batch)
+            if ref is None:
+                return
         if len(batch) == 1:
             died = await _settle_one(ref, batch[0])
         else:
@@ -234,10 +233,17 @@ class ExecutorPool:
 
 
 def _call(handle: Any, batch: list[_Pending]) -> Any:
-    """Send ``batch`` to the executor ``handle``: its reply's object ref."""
-    if len(batch) == 1:
-        return handle.run.remote(*batch[0].args)
-    return handle.run_many.remote([p.args for p in batch])
+    """Send ``batch`` to the executor ``handle``: its reply's object ref, or ``None``
+    when Ray refused the call as it was made (nothing was sent: each attempt of the
+    batch fails unstarted with that error)."""
+    try:
+        if len(batch) == 1:
+            return handle.run.remote(*batch[0].args)
+        return handle.run_many.remote([p.args for p in batch])
+    except Exception as error:
+        for pending in batch:
+            _resolve(pending, ("error", error))
+        return None
 
 
 def _resolve(pending: _Pending, outcome: CallOutcome) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import uuid
 from collections import OrderedDict
@@ -576,7 +577,9 @@ def stream_token(flow_id: str, stream: str, offset: int) -> str:
     return f"{offset}.{_stream_tag(flow_id, stream)}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _stream_tag(flow_id: str, stream: str) -> str:
+    # Every message read makes a token and checks one: a digest each time otherwise.
     digest = hashlib.sha256(f"{flow_id}\x00{stream}".encode()).hexdigest()
     return digest[:12]
 

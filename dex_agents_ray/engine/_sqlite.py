@@ -631,11 +631,11 @@ class SqliteFlowStore:
         self, db: sqlite3.Connection, flow_id: str, items: Sequence[StreamAppend]
     ) -> list[int]:
         """Append ``items`` in order; their offsets. Each stream's last offset is read
-        once and its rows go in one statement; a stream is trimmed once, after its
+        once and the rows go in one statement; a stream is trimmed once, after its
         rows (the same rows stay as trimming after each: the newest that fit)."""
-        if len(items) < 2:
-            return [self._append_stream(db, flow_id, item) for item in items]
         last: dict[str, int] = {}
+        added: dict[str, int] = {}
+        capacity: dict[str, int] = {}
         offsets: list[int] = []
         rows: list[tuple[Any, ...]] = []
         now = time.time()
@@ -643,18 +643,14 @@ class SqliteFlowStore:
             offset = last.get(item.stream)
             if offset is None:
                 offset = self._last_offset(db, flow_id, item.stream)
-            offset += 1
-            last[item.stream] = offset
+            last[item.stream] = offset = offset + 1
+            added[item.stream] = added.get(item.stream, 0) + len(item.value)
+            capacity[item.stream] = max(capacity.get(item.stream, 0), item.capacity_bytes)
             offsets.append(offset)
             rows.append((flow_id, item.stream, offset, now, item.source, item.value))
         db.executemany("INSERT INTO streams VALUES (?,?,?,?,?,?)", rows)
-        capacities: dict[str, set[int]] = {}
-        added: dict[str, int] = {}
-        for item in items:
-            capacities.setdefault(item.stream, set()).add(item.capacity_bytes)
-            added[item.stream] = added.get(item.stream, 0) + len(item.value)
-        for stream, capacity in capacities.items():
-            self._account(db, flow_id, stream, max(capacity), added[stream])
+        for stream, limit in capacity.items():
+            self._account(db, flow_id, stream, limit, added[stream])
         return offsets
 
     @staticmethod
@@ -683,15 +679,6 @@ class SqliteFlowStore:
         if len(self._stream_bytes) >= _STREAM_SIZES_KEPT and key not in self._stream_bytes:
             self._stream_bytes.clear()
         self._stream_bytes[key] = held
-
-    def _append_stream(self, db: sqlite3.Connection, flow_id: str, item: StreamAppend) -> int:
-        offset = self._last_offset(db, flow_id, item.stream) + 1
-        db.execute(
-            "INSERT INTO streams VALUES (?,?,?,?,?,?)",
-            (flow_id, item.stream, offset, time.time(), item.source, item.value),
-        )
-        self._account(db, flow_id, item.stream, item.capacity_bytes, len(item.value))
-        return offset
 
     @staticmethod
     def _stream_size(db: sqlite3.Connection, flow_id: str, stream: str) -> int:

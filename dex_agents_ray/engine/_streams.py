@@ -61,8 +61,8 @@ class StreamBuffer:
         self._batch_window = batch_window
         self._stirred: dict[str, asyncio.Future[None]] = {}
         self._pending: dict[str, list[StreamAppend]] = {}
-        self._wakers: dict[str, asyncio.Event] = {}
-        self._writers: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._appending: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._tails: OrderedDict[tuple[str, str], deque[StreamRecord]] = OrderedDict()
 
@@ -76,16 +76,28 @@ class StreamBuffer:
                 capacity_bytes=write.stream_capacity_bytes,
             )
         )
-        waker = self._wakers.get(flow_id)
-        if waker is None:
-            waker = self._wakers[flow_id] = asyncio.Event()
-            task = asyncio.get_running_loop().create_task(self._write_alone(flow_id, waker))
-            self._writers[flow_id] = task
-        waker.set()
+        if flow_id not in self._timers:
+            self._timers[flow_id] = asyncio.get_running_loop().call_later(
+                self._linger, self._due, flow_id
+            )
 
     def take(self, flow_id: str) -> list[StreamAppend]:
         """The queued writes of ``flow_id``, for a commit to carry (in order)."""
         return self._pending.pop(flow_id, [])
+
+    def _due(self, flow_id: str) -> None:
+        """The linger of ``flow_id``'s oldest queued write is over: append what no
+        commit took, after any append of the run still on its way (one at a time
+        per run keeps the run's writes in order)."""
+        del self._timers[flow_id]
+        if flow_id not in self._pending:
+            return  # a commit took them (almost always)
+        loop = asyncio.get_running_loop()
+        if flow_id in self._appending:
+            self._timers[flow_id] = loop.call_later(self._linger, self._due, flow_id)
+            return
+        batch = self.take(flow_id)
+        self._appending[flow_id] = loop.create_task(self._append_alone(flow_id, batch))
 
     def written(
         self, flow_id: str, appends: Sequence[StreamAppend], offsets: Sequence[int]
@@ -175,27 +187,19 @@ class StreamBuffer:
             return None
         return [r for r in tail if r.offset > after_offset][:limit]
 
-    async def _write_alone(self, flow_id: str, waker: asyncio.Event) -> None:
-        while True:
-            await waker.wait()
-            waker.clear()
-            await asyncio.sleep(self._linger)  # the run's next commit may take them
-            batch = self.take(flow_id)
-            if not batch:
-                if not waker.is_set():  # idle: the next write starts a new writer
-                    del self._wakers[flow_id], self._writers[flow_id]
-                    return
-                continue
-            offsets: list[int] = []
-            try:
-                offsets = await self._store.append_streams(flow_id, batch)
-            except Exception:
-                logger.exception(
-                    "run %s: %d Stream write(s) lost (streams are best effort)",
-                    flow_id,
-                    len(batch),
-                )
-            self.written(flow_id, batch, offsets)
+    async def _append_alone(self, flow_id: str, batch: list[StreamAppend]) -> None:
+        offsets: list[int] = []
+        try:
+            offsets = await self._store.append_streams(flow_id, batch)
+        except Exception:
+            logger.exception(
+                "run %s: %d Stream write(s) lost (streams are best effort)",
+                flow_id,
+                len(batch),
+            )
+        finally:
+            self._appending.pop(flow_id, None)
+        self.written(flow_id, batch, offsets)
 
     async def wait(
         self, flow_id: str, stream: str, after_offset: int, limit: int, timeout: float | None
@@ -294,10 +298,12 @@ class StreamBuffer:
 
     def close(self) -> None:
         """Stop the writers (queued writes are dropped)."""
-        for task in self._writers.values():
+        for timer in self._timers.values():
+            timer.cancel()
+        for task in self._appending.values():
             task.cancel()
-        self._writers.clear()
-        self._wakers.clear()
+        self._timers.clear()
+        self._appending.clear()
         self._pending.clear()
         self._tails.clear()
         for flow_id in list(self._stirred):

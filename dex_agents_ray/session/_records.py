@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from dex import Context, RetryPolicy, Step, StepDurability, StepOptions
 
 from dex_agents_ray.engine import RayTaskOptions, RemoteStepOptions
 from dex_agents_ray.session._api import AgentEventType
 from dex_agents_ray.session._policy import ToolEffect
-from dex_agents_ray.session._runner import ToolCallStepOptions, ToolCallStepOptionsProvider
+from dex_agents_ray.session._runner import (
+    ToolCallStepOptions,
+    ToolCallStepOptionsProvider,
+    implements,
+)
 from dex_agents_ray.session._schema import (
     AGENT_TOOL_CALLS,
     PENDING_INTERRUPTS,
@@ -75,9 +79,8 @@ def load_record(context: Context, tool_call_id: str) -> AgentToolCall:
 
 
 def _call_options(config: SessionConfig, record: AgentToolCall) -> ToolCallStepOptions:
-    runner = config.runner
-    if isinstance(runner, ToolCallStepOptionsProvider):
-        given = runner.tool_call_step_options(record)
+    if implements(config.runner, ToolCallStepOptionsProvider):
+        given = cast(ToolCallStepOptionsProvider, config.runner).tool_call_step_options(record)
         if given is not None:
             return given
     return ToolCallStepOptions()

@@ -449,6 +449,21 @@ class ToolCallStepOptions:
 
 # -- protocols --------------------------------------------------------------------------
 
+_IMPLEMENTS: dict[tuple[type[Any], object], bool] = {}
+
+
+def implements(runner: object, protocol: object) -> bool:
+    """``isinstance(runner, protocol)`` for a runtime-checkable Protocol, answered
+    once per runner class: Python 3.11 looks up every member of the Protocol on each
+    check, and the session's hot path asks several times a turn."""
+    key = (type(runner), protocol)
+    known = _IMPLEMENTS.get(key)
+    if known is None:
+        assert isinstance(protocol, type)
+        known = _IMPLEMENTS[key] = isinstance(runner, protocol)
+    return known
+
+
 ToolOutcomeT = TypeVar("ToolOutcomeT", covariant=True)
 
 

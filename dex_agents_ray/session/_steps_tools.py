@@ -50,6 +50,7 @@ from dex_agents_ray.session._runner import (
     ToolTaskPoll,
     ToolTaskPoller,
     ToolTaskStarted,
+    implements,
 )
 from dex_agents_ray.session._schema import (
     AGENT_TOOL_CALLS,
@@ -182,7 +183,7 @@ async def _run_tool(step: _ToolStep, context: AsyncContext, tool_call_id: str) -
         save_heartbeat_checkpoint=beats.save,
         input_answers=record.input_answers,
         context=context,
-        supports_tool_tasks=isinstance(runner, ToolTaskPoller),
+        supports_tool_tasks=implements(runner, ToolTaskPoller),
     )
     try:
         async with beats.running():

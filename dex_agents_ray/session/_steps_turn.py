@@ -19,7 +19,7 @@ import inspect
 import logging
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import dex
 from dex import AsyncContext, Context, RetryPolicy, Step, StepDecision, StepOptions, Wait
@@ -46,6 +46,7 @@ from dex_agents_ray.session._records import finish_record, sync_options
 from dex_agents_ray.session._runner import (
     AgentTurnContext,
     ImageUserMessageBuilder,
+    implements,
     plan_execution_message,
 )
 from dex_agents_ray.session._schema import (
@@ -693,8 +694,7 @@ async def _compaction_cutoff(
 ) -> int | None:
     """The sequence to summarize through before this model call, or ``None``."""
     policy = config.options.compaction
-    runner = config.runner
-    if not isinstance(runner, ContextCompactionRunner):
+    if not implements(config.runner, ContextCompactionRunner):
         index = AGENT_MESSAGE_INDEX.get(context)
         if index is not None and index.deleted_before_sequence is not None:
             logger.warning(
@@ -706,6 +706,7 @@ async def _compaction_cutoff(
         return None
     if policy is None:
         return None
+    runner = cast(ContextCompactionRunner, config.runner)
     estimate = runner.estimate_input_tokens(turn)
     tokens = await estimate if inspect.isawaitable(estimate) else estimate
     if not isinstance(tokens, int) or tokens + policy.reserved_input_tokens < policy.trigger_tokens:

@@ -21,6 +21,7 @@ from dex_agents_ray.session._runner import (
     TurnContinued,
     UnfinishedTurnMessageBuilder,
     build_turn_failure_note,
+    implements,
 )
 from dex_agents_ray.session._schema import (
     AGENT_PLAN,
@@ -353,7 +354,7 @@ def apply_outcome(
     outcome: object,
 ) -> StepDecision:
     """Commit what ``run_model_step`` returned and choose the next Step."""
-    has_builder = isinstance(config.runner, UnfinishedTurnMessageBuilder)
+    has_builder = implements(config.runner, UnfinishedTurnMessageBuilder)
     if isinstance(outcome, TurnCompleted):
         messages = require_messages(list(outcome.new_messages), "TurnCompleted.new_messages")
         record_usage(context, config, state, outcome.usage)

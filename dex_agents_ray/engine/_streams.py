@@ -2,11 +2,16 @@
 that wait for them.
 
 A Stream write (an attempt's ``Stream.write``) lingers for up to ``linger``
-seconds: when the run commits meanwhile (a Step's result, almost always a few
-milliseconds later), the commit carries the write in its own transaction (one
-fsync instead of two, see ``RunDriver.commit``); otherwise the write is appended
-alone. Streams are best effort in Dex: a write that the store refuses is logged
-and dropped, as before. Writes of one run keep their order: the ones a commit
+seconds, and up to ``busy_linger`` while its run is busy (an attempt in flight, a
+Step about to commit): when the run commits meanwhile (a Step's result, almost
+always a few milliseconds later), the commit carries the write in its own
+transaction (one fsync instead of two, see ``RunDriver.commit``); otherwise the
+write is appended alone. The longer linger of a busy run matters under load: a
+loaded host's Step result often commits more than ``linger`` after the Step's
+last write, and on ``benchmarks/agent_loop.py``'s shared hosts at 150 sessions
+about two writes a turn were then appended in transactions of their own.
+Streams are best effort in Dex: a write that the store refuses is logged and
+dropped, as before. Writes of one run keep their order: the ones a commit
 takes were queued after every write already on its way to the store, and both
 go through the store's group transactions in order.
 
@@ -36,6 +41,10 @@ logger = logging.getLogger("dex_agents_ray.engine")
 
 STREAM_LINGER_SECONDS = 0.005
 """How long a Stream write waits for its run's next commit before it is appended alone."""
+STREAM_BUSY_LINGER_SECONDS = 0.05
+"""How long a Stream write of a busy run waits for the run's next commit (a
+long-running Step's writes, a model's streamed text say, reach readers this
+often)."""
 STREAM_BATCH_WINDOW_SECONDS = 0.05
 """How long a long poll that found records of a busy run waits for more (the default
 of ``FlowEngine.start(stream_batch_window=...)``)."""
@@ -54,13 +63,16 @@ class StreamBuffer:
         linger: float = STREAM_LINGER_SECONDS,
         busy: Callable[[str], bool] | None = None,
         batch_window: float = STREAM_BATCH_WINDOW_SECONDS,
+        busy_linger: float = STREAM_BUSY_LINGER_SECONDS,
     ) -> None:
         self._store = store
         self._linger = linger
+        self._busy_linger = max(linger, busy_linger)
         self._busy = busy
         self._batch_window = batch_window
         self._stirred: dict[str, asyncio.Future[None]] = {}
         self._pending: dict[str, list[StreamAppend]] = {}
+        self._queued_at: dict[str, float] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._appending: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
@@ -68,7 +80,11 @@ class StreamBuffer:
 
     def write(self, flow_id: str, stream: str, source: str, write: pb.StepStreamWrite) -> None:
         """Queue one Stream write of ``flow_id``."""
-        self._pending.setdefault(flow_id, []).append(
+        queued = self._pending.get(flow_id)
+        if queued is None:
+            queued = self._pending[flow_id] = []
+            self._queued_at[flow_id] = asyncio.get_running_loop().time()
+        queued.append(
             StreamAppend(
                 stream=stream,
                 source=source,
@@ -83,17 +99,21 @@ class StreamBuffer:
 
     def take(self, flow_id: str) -> list[StreamAppend]:
         """The queued writes of ``flow_id``, for a commit to carry (in order)."""
+        self._queued_at.pop(flow_id, None)
         return self._pending.pop(flow_id, [])
 
     def _due(self, flow_id: str) -> None:
         """The linger of ``flow_id``'s oldest queued write is over: append what no
-        commit took, after any append of the run still on its way (one at a time
-        per run keeps the run's writes in order)."""
+        commit took (a busy run's writes wait longer for its commit), after any
+        append of the run still on its way (one at a time per run keeps the run's
+        writes in order)."""
         del self._timers[flow_id]
         if flow_id not in self._pending:
             return  # a commit took them (almost always)
         loop = asyncio.get_running_loop()
-        if flow_id in self._appending:
+        waited = loop.time() - self._queued_at[flow_id]
+        busy = self._busy is not None and self._busy(flow_id)
+        if flow_id in self._appending or (busy and waited < self._busy_linger):
             self._timers[flow_id] = loop.call_later(self._linger, self._due, flow_id)
             return
         batch = self.take(flow_id)
@@ -305,6 +325,7 @@ class StreamBuffer:
         self._timers.clear()
         self._appending.clear()
         self._pending.clear()
+        self._queued_at.clear()
         self._tails.clear()
         for flow_id in list(self._stirred):
             self.stir(flow_id)

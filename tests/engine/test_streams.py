@@ -60,6 +60,47 @@ async def test_a_write_no_commit_takes_is_appended_alone(tmp_path: Path) -> None
         streams.close()
 
 
+async def test_a_busy_runs_write_waits_for_its_commit_up_to_the_busy_linger(
+    tmp_path: Path,
+) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        busy = True
+        streams = StreamBuffer(store, linger=0.001, busy=lambda _: busy, busy_linger=60.0)
+        checks: list[asyncio.Future[None]] = []
+        due = streams._due
+
+        def counted(flow_id: str) -> None:
+            due(flow_id)
+            if checks and not checks[0].done():
+                checks[0].set_result(None)
+
+        streams._due = counted  # type: ignore[method-assign]
+        checks.append(asyncio.get_running_loop().create_future())
+        streams.write("a", "events", "#X-1", _write("kept"))
+        await checks[0]  # the linger is over: the run is busy, so the write waits
+        assert _texts(streams.take("a")) == ["kept"]  # ...for the commit to take it
+        # Once the run is no longer busy, the linger alone decides.
+        busy = False
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        streams.write("a", "events", "#X-1", _write("alone"))
+        assert _texts(await poll) == ["alone"]
+        streams.close()
+
+
+async def test_a_busy_runs_write_is_appended_alone_after_the_busy_linger(
+    tmp_path: Path,
+) -> None:
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        streams = StreamBuffer(store, linger=0.001, busy=lambda _: True, busy_linger=0.002)
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        streams.write("a", "events", "#X-1", _write("streamed"))
+        assert _texts(await poll) == ["streamed"]
+        assert _texts(await store.read_stream("a", "events", 0, 10)) == ["streamed"]
+        streams.close()
+
+
 async def test_a_gap_or_a_forgotten_run_falls_back_to_the_store(tmp_path: Path) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
         for text in ("a1", "a2", "a3"):

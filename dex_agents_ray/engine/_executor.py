@@ -43,9 +43,9 @@ from dex_agents_ray.engine._remote import (
     RemoteRequest,
     encode_frame,
     encode_result,
-    freeze_loaded_objects,
     load_definition,
     parse_request,
+    tune_collector,
 )
 
 logger = logging.getLogger("dex_agents_ray.engine")
@@ -133,7 +133,7 @@ class StepExecutor:
         self._definitions: dict[str, tuple[Any, FlowMapper]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._orphan_check = orphan_check_seconds
-        freeze_loaded_objects()
+        tune_collector()
         self._watcher = asyncio.get_running_loop().create_task(self._watch_orphans())
 
     # -- calls ---------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from dex_agents_ray.engine._metrics import (
 from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
 from dex_agents_ray.engine._placement import PlacementMode
 from dex_agents_ray.engine._pool import ExecutorPool
-from dex_agents_ray.engine._remote import decode_frame, freeze_loaded_objects, load_definition
+from dex_agents_ray.engine._remote import decode_frame, load_definition, tune_collector
 from dex_agents_ray.engine._store import FlowStore, open_store
 from dex_agents_ray.engine._streams import StreamBuffer
 
@@ -85,7 +85,7 @@ class FlowHost:
         self._actor_id = ray.get_runtime_context().get_actor_id()
         self._reloading: dict[str, asyncio.Task[None]] = {}
         self._resume: asyncio.Task[Any] | None = None
-        freeze_loaded_objects()
+        tune_collector()
         loop = asyncio.get_running_loop()
         if flow_id is not None:
             self._resume = loop.create_task(self._driver(flow_id))

@@ -11,6 +11,7 @@ import ray
 from dex import FlowStatus
 
 from dex_agents_ray.engine import ExecutorPoolOptions, RayTaskOptions, RemoteExecution
+from dex_agents_ray.engine._remote import YOUNG_COLLECTION_THRESHOLD
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor, kill_process
 from tests.engine.flows_crash import CrashFlow, Job
 from tests.engine.flows_pool import Fan, FanFlow
@@ -69,6 +70,30 @@ async def test_the_first_call_of_a_shape_starts_the_minimum_of_executors(
     assert len(stats) == 3  # started together, before any of them was full
     # The calls go to the first executor with a free slot; the others wait warm.
     assert sorted(s["completed"] for s in stats) == [0, 0, 4]
+
+
+def _collector(_: object) -> tuple[int, int]:
+    import gc
+
+    return gc.get_threshold()[0], gc.get_freeze_count()
+
+
+async def test_hosts_and_executors_tune_the_garbage_collector(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    engine = await engine_factory([flow])
+    await engine.client.start_flow(flow, "fan-gc", Fan(str(state_dir), 2, concurrency=2))
+    assert (await engine.client.wait_for_flow("fan-gc", timeout=120)).status is (
+        FlowStatus.COMPLETED
+    )
+
+    executors = _executors(namespace)
+    assert executors
+    for handle in [engine.host("fan-gc"), *executors]:
+        threshold, frozen = await handle.__ray_call__.remote(_collector)
+        assert threshold == YOUNG_COLLECTION_THRESHOLD
+        assert frozen > 10_000  # the modules and the Flow they loaded
 
 
 async def test_every_slot_of_an_executor_has_a_thread_for_sync_code(

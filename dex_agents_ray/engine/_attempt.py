@@ -63,7 +63,7 @@ async def watch_attempt(
     last_beat: Callable[[], float],
     kill: Callable[[], None],
     decode: Callable[[Any], StepResult],
-    acked: asyncio.Event | None = None,
+    acked: asyncio.Future[None] | None = None,
 ) -> AttemptOutcome:
     """Wait for ``task`` under the method timeout and heartbeat timeout.
 
@@ -73,19 +73,15 @@ async def watch_attempt(
     waited for a worker, an executor or a slot is not the attempt's.
     """
     loop = asyncio.get_running_loop()
-    if acked is not None and not acked.is_set():
-        acked_wait = asyncio.ensure_future(acked.wait())
-        try:
-            await asyncio.wait({task, acked_wait}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            acked_wait.cancel()
+    if acked is not None and not acked.done():
+        await _first_done((task, acked), None)
     deadline = loop.time() + timeout
     while True:
         wake = deadline
         if heartbeat_timeout:
             wake = min(wake, last_beat() + heartbeat_timeout)
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, wake - loop.time()))
-        if done:
+        await _first_done((task,), wake)
+        if task.done():
             error = task.exception()
             if error is not None:
                 return describe_failure(error)
@@ -105,3 +101,28 @@ async def watch_attempt(
                 detail=f"no heartbeat within the {heartbeat_timeout:g} s heartbeat timeout",
                 infrastructure=True,
             )
+
+
+async def _first_done(futures: tuple[asyncio.Future[Any], ...], until: float | None) -> None:
+    """Return once one of ``futures`` is done or the loop's clock reaches ``until``
+    (``asyncio.wait`` without its task wrapping and sets: every attempt waits here;
+    the futures are left as they are)."""
+    if any(future.done() for future in futures):
+        return
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    timer = None if until is None else loop.call_at(until, wake)
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for future in futures:
+            future.remove_done_callback(wake)

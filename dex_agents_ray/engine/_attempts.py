@@ -62,7 +62,7 @@ class Live:
     kill: Callable[[], None]
     first_attempt_at: float | None = None
     """What the attempt's request said ``first_attempt_at`` is (recorded at its start)."""
-    acked: asyncio.Event | None = None
+    acked: asyncio.Future[None] | None = None
     """A remote attempt's start acknowledgement; its timeouts count from it."""
 
 
@@ -179,7 +179,7 @@ class AttemptRunner:
                 self.state.attribute_snapshot(loaded_maps),
             )
             future, kill = self._submit_remote(record, attempt, method, payload, progress)
-            live = Live(attempt, loop.time(), kill, first_attempt_at, asyncio.Event())
+            live = Live(attempt, loop.time(), kill, first_attempt_at, loop.create_future())
             decode = _decode_remote
         self._live[exec_id] = live
         try:
@@ -199,7 +199,7 @@ class AttemptRunner:
         finally:
             if self._live.get(exec_id) is live:
                 del self._live[exec_id]
-        if live.acked is not None and not live.acked.is_set():
+        if live.acked is not None and not live.acked.done():
             outcome.acknowledged = False
         return outcome
 
@@ -348,8 +348,8 @@ def marks_at_dispatch(
 
 def _acknowledged(live: Live) -> None:
     live.last_beat = asyncio.get_running_loop().time()
-    if live.acked is not None:
-        live.acked.set()
+    if live.acked is not None and not live.acked.done():
+        live.acked.set_result(None)
 
 
 def _cancel(future: asyncio.Future[Any]) -> None:

@@ -127,8 +127,33 @@ class _EngineJsonCodec(JsonCodec[Any]):
         return Value(WireKind.JSON, splice.apply(_dumps(data)))
 
 
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), sort_keys=True)
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+# ``json.dumps`` with these options builds a new encoder on every call; this one is
+# built once. Circular references need no check: ``_encode`` built ``data`` as a
+# tree (it would have recursed forever on a cycle first).
+_dump_chunks: Callable[[Any, int], Any] | None = (
+    None
+    if _c_encoder is None
+    else _c_encoder(
+        None,
+        _JSON.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        True,
+        False,
+        False,
+    )
+)
+
+
 def _dumps(data: Any) -> str:
-    return json.dumps(data, allow_nan=False, separators=(",", ":"), sort_keys=True)
+    """``json.dumps(data, allow_nan=False, separators=(",", ":"), sort_keys=True)``."""
+    if _dump_chunks is None or isinstance(data, str):
+        return _JSON.encode(data)
+    return "".join(_dump_chunks(data, 0))
 
 
 class _Splice:

@@ -47,6 +47,10 @@ class ExecStatus(StrEnum):
 _ACTIVE = frozenset({ExecStatus.WAIT_FOR, ExecStatus.WAITING, ExecStatus.READY})
 
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))`` without a new encoder per call."""
+
+
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
@@ -141,7 +145,7 @@ class ExecRecord:
             "last_error": self.last_error,
             "ended_at": self.ended_at,
         }
-        return json.dumps(data, separators=(",", ":"))
+        return _COMPACT_JSON.encode(data)
 
     @staticmethod
     def from_json(text: str) -> ExecRecord:

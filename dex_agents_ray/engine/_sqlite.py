@@ -142,8 +142,8 @@ class SqliteFlowStore:
     writer that waits for SQLite's own lock polls it with sleeps of 1, 2, 5, 10
     ... 100 ms, and with four shared hosts committing at once in
     ``benchmarks/agent_loop.py`` each transaction waited about 8 ms that way (up
-    to half a second) while the disk work took 2; a waiter on the ``flock`` wakes
-    as the holder lets go. A process that dies lets go of it with its files.
+    to half a second) while the disk work took 2; a waiter on the ``flock`` tries
+    again within a millisecond. A process that dies lets go of it with its files.
     """
 
     def __init__(self, config: SqliteStoreConfig) -> None:
@@ -151,6 +151,7 @@ class SqliteFlowStore:
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._writer_lock: int | None = None
+        self._busy_wait = _BUSY_WAIT_SECONDS
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
@@ -181,6 +182,7 @@ class SqliteFlowStore:
         conn = sqlite3.connect(self._config.path, isolation_level=None, check_same_thread=False)
         # One try waits this long for another writer; the retry loop goes on to the deadline.
         busy = min(_BUSY_WAIT_SECONDS, self._config.retry_deadline.total_seconds())
+        self._busy_wait = busy
         conn.execute(f"PRAGMA busy_timeout={int(busy * 1000)}")
         conn.execute("PRAGMA journal_mode=WAL")
         sync = "FULL" if self._config.durability == "full" else "NORMAL"
@@ -220,13 +222,14 @@ class SqliteFlowStore:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
         """The connection, for one write transaction, holding the writers' ``flock``
-        (see the class docstring)."""
+        (see the class docstring). A writer that cannot have it within SQLite's busy
+        wait (its holder hangs) writes without it: SQLite's lock and the store's
+        retry deadline then decide, as they do for writers of other programs."""
         db = self._db()
         lock = self._writer_lock
-        if lock is None:
-            yield db
+        if lock is None or not _take_flock(lock, self._busy_wait):
+            yield db  # SQLite's own lock (and its busy timeout) decides
             return
-        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield db
         finally:
@@ -881,6 +884,28 @@ def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:
         active_step_types=list(json.loads(active)),
         search_attributes=dict(json.loads(search)),
     )
+
+
+def _take_flock(fd: int, wait: float) -> bool:
+    """Take the exclusive ``flock`` on ``fd`` within ``wait`` seconds: tries every
+    50 us at first, then every millisecond (a holder keeps it for a transaction,
+    a few milliseconds). False when the time is up."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    deadline = time.monotonic() + wait
+    delay = 0.00005
+    while True:
+        time.sleep(delay)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+        delay = min(delay * 2, 0.001)
 
 
 def _create_owner_only(path: Path) -> None:

@@ -4,6 +4,8 @@ COMMIT, a server that stays away past the deadline, a locked or full SQLite file
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +19,7 @@ from dex_agents_ray.engine import (
     StoreUnavailableError,
 )
 from dex_agents_ray.engine._records import Commit, StreamAppend
+from dex_agents_ray.engine._sqlite import SqliteFlowStore
 from tests.stores.postgres_server import PostgresServer
 from tests.stores.records import entry, opened, run
 from tests.stores.tcp_proxy import fault_proxy
@@ -123,6 +126,58 @@ async def test_a_locked_sqlite_file_is_waited_for_then_written(tmp_path: Path) -
         other.close()
         await asyncio.wait_for(pending, timeout=60)
         assert [h.event for h in await store.history("a")] == ["waited"]
+
+
+def _hold_writer_flock(path: Path) -> int:
+    """Another writer of the store's processes holding their writer lock."""
+    fd = os.open(f"{path}-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+async def test_commits_queued_while_a_store_waits_for_the_writer_lock_share_a_transaction(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "queued.db"
+    async with opened(SqliteStoreConfig(path=str(path))) as store:
+        epoch = await _started(store)
+        assert isinstance(store, SqliteFlowStore)
+        transactions, commits = store.transactions_written, store.commits_written
+        held = _hold_writer_flock(path)
+        first = asyncio.ensure_future(
+            store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "first")]))
+        )
+        # Time for the store's thread to start waiting for the lock (the group is
+        # the same whether it has or not: it takes the queue once it holds it).
+        await asyncio.sleep(0.05)
+        later = [
+            asyncio.ensure_future(
+                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry(f"X-{i}", "later")]))
+            )
+            for i in (2, 3)
+        ]
+        fcntl.flock(held, fcntl.LOCK_UN)
+        os.close(held)
+        await asyncio.wait_for(asyncio.gather(first, *later), timeout=60)
+        assert store.transactions_written == transactions + 1
+        assert store.commits_written == commits + 3
+        assert [h.event for h in await store.history("a")] == ["first", "later", "later"]
+
+
+async def test_a_writer_lock_held_past_the_busy_wait_is_passed_by(tmp_path: Path) -> None:
+    path = tmp_path / "hung.db"
+    config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(milliseconds=300))
+    async with opened(config) as store:
+        epoch = await _started(store)
+        held = _hold_writer_flock(path)  # a holder that hangs: never lets go here
+        try:
+            await asyncio.wait_for(
+                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")])),
+                timeout=60,
+            )
+        finally:
+            os.close(held)
+        assert [h.event for h in await store.history("a")] == ["x"]
 
 
 async def test_a_sqlite_file_locked_past_the_deadline_raises_and_applies_nothing(

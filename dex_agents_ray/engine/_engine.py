@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -46,6 +47,46 @@ logger = logging.getLogger("dex_agents_ray.engine")
 
 DEFAULT_NAMESPACE = "dex-agents-ray"
 HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX, EXECUTOR_PREFIX)
+DEFAULT_SHARED_HOSTS = 4
+"""The most shared hosts ``FlowEngine.start`` chooses by itself (see ``shared_hosts``)."""
+
+
+async def _shared_pool_size(namespace: str, asked: int | None) -> int:
+    """How many shared hosts ``namespace`` runs: the size a live shared host was
+    started with (``asked`` must match it), else ``asked``, else the cluster's
+    CPUs up to ``DEFAULT_SHARED_HOSTS``.
+
+    On 2 cores, ``benchmarks/agent_loop.py``'s default sessions at C=50 ran
+    594 and 600 steps/s on 2 hosts against 515 and 534 on 4 (CPU per step 2.9
+    against 3.6 ms): more hosts than cores only add processes to switch between
+    and split the group commits.
+    """
+    import ray
+
+    live: int | None = None
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] != namespace or not entry["name"].startswith(SHARED_PREFIX):
+            continue
+        try:
+            handle = ray.get_actor(entry["name"], namespace=namespace)
+            live = int(await handle.shared_hosts.remote())
+        except Exception:  # it exited meanwhile, or cannot answer: ask another
+            continue
+        break
+    if asked is not None:
+        if live is not None and live != asked:
+            raise ValueError(
+                f"shared_hosts={asked}: namespace {namespace!r} runs {live} shared hosts; "
+                f"every driver of a namespace must use the same number (or None)"
+            )
+        return asked
+    if live is not None:
+        return live
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    cpus = int(resources.get("CPU", DEFAULT_SHARED_HOSTS))
+    return max(1, min(DEFAULT_SHARED_HOSTS, cpus))
+
+
 DEFAULT_STORE_DIR = ".dex-agents-ray"
 MAX_STREAM_BATCH_WINDOW = timedelta(seconds=5)
 """The longest ``stream_batch_window`` (a long poll's own wait is at most 5 s)."""
@@ -186,7 +227,7 @@ class FlowEngine:
         ray_address: str | None = None,
         resume: bool = True,
         placement: Placement | str = PlacementMode.SHARED,
-        shared_hosts: int = 4,
+        shared_hosts: int | None = None,
         passivate_after: timedelta | None = None,
         host_resources: dict[str, float] | None = None,
         executor_pool: ExecutorPoolOptions | None = None,
@@ -213,6 +254,11 @@ class FlowEngine:
                 placement. Shared hosts start a run in milliseconds; a dedicated
                 host costs an actor (about 1 s and 60 MiB here) per run and per
                 re-activation after passivation.
+            shared_hosts: The number of shared hosts. ``None``: as many as the
+                namespace's live shared hosts were started with, or else the
+                cluster's CPUs, at most 4 (a host is one Python process: more hosts
+                than CPUs only compete for the same cores). A number that differs
+                from a live pool's is refused: runs would be placed on other hosts.
             passivate_after: Let a run whose Steps only wait (for a message, an
                 approval, or a timer further away than this) leave memory after
                 this long without activity; a dedicated host then exits. The next
@@ -251,7 +297,10 @@ class FlowEngine:
             list(flows), CachingCodecRegistry(codec_registry), allow_async_handlers=True
         )
         if not isinstance(placement, Placement):
-            placement = Placement(mode=PlacementMode(placement), shared_hosts=shared_hosts)
+            placement = Placement(
+                mode=PlacementMode(placement),
+                shared_hosts=DEFAULT_SHARED_HOSTS if shared_hosts is None else shared_hosts,
+            )
         namespace = namespace or DEFAULT_NAMESPACE
         owns_ray = False
         if not ray.is_initialized():
@@ -263,6 +312,10 @@ class FlowEngine:
                 _system_config=task_worker_system_config() if local else None,
             )
             owns_ray = True
+        if placement.mode is PlacementMode.SHARED:
+            size = await _shared_pool_size(namespace, shared_hosts)
+            if size != placement.shared_hosts:
+                placement = dataclasses.replace(placement, shared_hosts=size)
         config = _store_config(store)
         flow_store = open_store(config)
         await flow_store.open()

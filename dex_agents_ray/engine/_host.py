@@ -428,6 +428,10 @@ class FlowHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def shared_hosts(self) -> int:
+        """The number of shared hosts of the pool this host was started in."""
+        return self._config.placement.shared_hosts
+
     def node_id(self) -> str:
         """The Ray node this host runs on."""
         import ray

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import ray
 from dex import FlowStatus
 
 from dex_agents_ray.engine import Placement, PlacementMode
+from dex_agents_ray.engine._engine import DEFAULT_SHARED_HOSTS
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
 from tests.engine.flows import FanFlow, FanInput
 from tests.engine.flows_crash import CrashFlow, Job
@@ -58,3 +60,22 @@ async def test_shared_host_killed_resumes_every_run_it_hosted(
         result = await engine.client.wait_for_flow(flow_id, timeout=90)
         assert result.completions[0].decode(list[str]) == ["attempt-2"]
         assert InvocationLog(state_dir / sub / "work.log").entries() == ["Work-1/1", "Work-1/2"]
+
+
+async def test_the_pool_size_follows_the_cluster_then_the_live_pool(
+    engine_factory: Any, namespace: str, state_dir: Path
+) -> None:
+    flow = FanFlow()
+    cpus = int(ray.cluster_resources()["CPU"])
+    first = await engine_factory([flow])
+    assert first.placement.shared_hosts == min(DEFAULT_SHARED_HOSTS, cpus)
+    await first.client.start_flow(flow, "pool-1", FanInput(str(state_dir), 1))
+    assert (await first.client.wait_for_flow("pool-1", timeout=60)).status is FlowStatus.COMPLETED
+
+    # Another driver of the namespace takes the live pool's size...
+    second = await engine_factory([flow])
+    assert second.placement.shared_hosts == first.placement.shared_hosts
+    # ...and a different one is refused, naming what differs.
+    other = first.placement.shared_hosts + 1
+    with pytest.raises(ValueError, match=f"shared_hosts={other}: namespace '{namespace}' runs"):
+        await engine_factory([flow], shared_hosts=other)

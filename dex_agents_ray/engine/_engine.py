@@ -83,8 +83,9 @@ async def _shared_pool_size(namespace: str, asked: int | None) -> int:
     if live is not None:
         return live
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    cpus = int(resources.get("CPU", DEFAULT_SHARED_HOSTS))
-    return max(1, min(DEFAULT_SHARED_HOSTS, cpus))
+    cpus = int(resources.get("CPU", 0))
+    # No CPUs yet (a head node without any, workers still to come): the default.
+    return min(DEFAULT_SHARED_HOSTS, cpus) if cpus >= 1 else DEFAULT_SHARED_HOSTS
 
 
 DEFAULT_STORE_DIR = ".dex-agents-ray"
@@ -257,7 +258,8 @@ class FlowEngine:
             shared_hosts: The number of shared hosts. ``None``: as many as the
                 namespace's live shared hosts were started with, or else the
                 cluster's CPUs, at most 4 (a host is one Python process: more hosts
-                than CPUs only compete for the same cores). A number that differs
+                than CPUs only compete for the same cores; a cluster whose nodes
+                are still to come should pass its number). A number that differs
                 from a live pool's is refused: runs would be placed on other hosts.
             passivate_after: Let a run whose Steps only wait (for a message, an
                 approval, or a timer further away than this) leave memory after

@@ -69,7 +69,7 @@ async def _shared_pool_size(namespace: str, asked: int | None) -> int:
             continue
         try:
             handle = ray.get_actor(entry["name"], namespace=namespace)
-            live = int(await handle.shared_hosts.remote())
+            live = int(await asyncio.wait_for(handle.shared_hosts.remote(), 30))
         except Exception:  # it exited meanwhile, or cannot answer: ask another
             continue
         break
@@ -298,6 +298,8 @@ class FlowEngine:
         registry = Registry(
             list(flows), CachingCodecRegistry(codec_registry), allow_async_handlers=True
         )
+        # A Placement given whole says its size; else ``shared_hosts`` (None: chosen).
+        asked = placement.shared_hosts if isinstance(placement, Placement) else shared_hosts
         if not isinstance(placement, Placement):
             placement = Placement(
                 mode=PlacementMode(placement),
@@ -315,7 +317,7 @@ class FlowEngine:
             )
             owns_ray = True
         if placement.mode is PlacementMode.SHARED:
-            size = await _shared_pool_size(namespace, shared_hosts)
+            size = await _shared_pool_size(namespace, asked)
             if size != placement.shared_hosts:
                 placement = dataclasses.replace(placement, shared_hosts=size)
         config = _store_config(store)

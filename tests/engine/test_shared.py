@@ -79,3 +79,5 @@ async def test_the_pool_size_follows_the_cluster_then_the_live_pool(
     other = first.placement.shared_hosts + 1
     with pytest.raises(ValueError, match=f"shared_hosts={other}: namespace '{namespace}' runs"):
         await engine_factory([flow], shared_hosts=other)
+    with pytest.raises(ValueError, match=f"shared_hosts={other}: namespace '{namespace}' runs"):
+        await engine_factory([flow], placement=Placement(shared_hosts=other))

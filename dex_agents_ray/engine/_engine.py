@@ -50,6 +50,10 @@ HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX, EXECUTOR_PREFIX)
 DEFAULT_SHARED_HOSTS = 4
 """The most shared hosts ``FlowEngine.start`` chooses by itself (see ``shared_hosts``)."""
 
+DEFAULT_STORE_DIR = ".dex-agents-ray"
+MAX_STREAM_BATCH_WINDOW = timedelta(seconds=5)
+"""The longest ``stream_batch_window`` (a long poll's own wait is at most 5 s)."""
+
 
 async def _shared_pool_size(namespace: str, asked: int | None) -> int:
     """How many shared hosts ``namespace`` runs: the size a live shared host was
@@ -86,11 +90,6 @@ async def _shared_pool_size(namespace: str, asked: int | None) -> int:
     cpus = int(resources.get("CPU", 0))
     # No CPUs yet (a head node without any, workers still to come): the default.
     return min(DEFAULT_SHARED_HOSTS, cpus) if cpus >= 1 else DEFAULT_SHARED_HOSTS
-
-
-DEFAULT_STORE_DIR = ".dex-agents-ray"
-MAX_STREAM_BATCH_WINDOW = timedelta(seconds=5)
-"""The longest ``stream_batch_window`` (a long poll's own wait is at most 5 s)."""
 
 
 def task_worker_system_config() -> dict[str, int]:

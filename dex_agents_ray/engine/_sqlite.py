@@ -30,6 +30,7 @@ from dex_agents_ray.engine._records import (
     StreamAppend,
     StreamRecord,
 )
+from dex_agents_ray.engine._sqlite_streams import StreamRows, list_rows, read_rows
 from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
 from dex_agents_ray.engine._store_retry import retrying
 
@@ -128,10 +129,6 @@ def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None)
         done.set_exception(error)
 
 
-_STREAM_SIZES_KEPT = 100_000
-"""Streams whose sizes a store remembers (then it forgets them all and rescans)."""
-
-
 class SqliteFlowStore:
     """``FlowStore`` on one SQLite file in WAL mode.
 
@@ -155,9 +152,7 @@ class SqliteFlowStore:
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
-        self._stream_bytes: dict[tuple[str, str], int] = {}
-        """Bytes each Stream holds, as this process saw its appends: a trim scan runs
-        only when an append takes one past its capacity (not on every append)."""
+        self._streams = StreamRows()
         self.commits_written = 0
         """Commits applied so far (with ``transactions_written``: commits per fsync)."""
         self.transactions_written = 0
@@ -493,7 +488,7 @@ class SqliteFlowStore:
             )
         if c.prune is not None:
             self._prune(db, fid, c.prune)
-        return self._append_streams(db, fid, c.stream_appends)
+        return self._streams.append(db, fid, c.stream_appends)
 
     @staticmethod
     def _prune(db: sqlite3.Connection, fid: str, prune: PruneRequest) -> None:
@@ -682,121 +677,20 @@ class SqliteFlowStore:
 
     async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
         def append(db: sqlite3.Connection) -> list[int]:
-            return self._append_streams(db, flow_id, appends)
+            return self._streams.append(db, flow_id, appends)
 
         # Streams ride in the group transactions of the commits around them.
         return await self._retry("append_streams", lambda: self._grouped(append))
 
-    def _append_streams(
-        self, db: sqlite3.Connection, flow_id: str, items: Sequence[StreamAppend]
-    ) -> list[int]:
-        """Append ``items`` in order; their offsets. Each stream's last offset is read
-        once and the rows go in one statement; a stream is trimmed once, after its
-        rows (the same rows stay as trimming after each: the newest that fit)."""
-        last: dict[str, int] = {}
-        added: dict[str, int] = {}
-        capacity: dict[str, int] = {}
-        offsets: list[int] = []
-        rows: list[tuple[Any, ...]] = []
-        now = time.time()
-        for item in items:
-            offset = last.get(item.stream)
-            if offset is None:
-                offset = self._last_offset(db, flow_id, item.stream)
-            last[item.stream] = offset = offset + 1
-            added[item.stream] = added.get(item.stream, 0) + len(item.value)
-            capacity[item.stream] = max(capacity.get(item.stream, 0), item.capacity_bytes)
-            offsets.append(offset)
-            rows.append((flow_id, item.stream, offset, now, item.source, item.value))
-        db.executemany("INSERT INTO streams VALUES (?,?,?,?,?,?)", rows)
-        for stream, limit in capacity.items():
-            self._account(db, flow_id, stream, limit, added[stream])
-        return offsets
-
-    @staticmethod
-    def _last_offset(db: sqlite3.Connection, flow_id: str, stream: str) -> int:
-        row = db.execute(
-            "SELECT COALESCE(MAX(offset), 0) FROM streams WHERE flow_id=? AND stream=?",
-            (flow_id, stream),
-        ).fetchone()
-        return int(row[0])
-
-    def _account(
-        self, db: sqlite3.Connection, flow_id: str, stream: str, capacity: int, added: int
-    ) -> None:
-        """Count ``added`` bytes to a stream just appended to; trim it past ``capacity``."""
-        if capacity <= 0:
-            return
-        key = (flow_id, stream)
-        held = self._stream_bytes.get(key)
-        if held is None:
-            held = self._stream_size(db, flow_id, stream)
-        else:
-            held += added
-        if held > capacity:
-            self._trim_stream(db, flow_id, stream, capacity)
-            held = self._stream_size(db, flow_id, stream)
-        if len(self._stream_bytes) >= _STREAM_SIZES_KEPT and key not in self._stream_bytes:
-            self._stream_bytes.clear()
-        self._stream_bytes[key] = held
-
-    @staticmethod
-    def _stream_size(db: sqlite3.Connection, flow_id: str, stream: str) -> int:
-        row = db.execute(
-            "SELECT COALESCE(SUM(LENGTH(value)), 0) FROM streams WHERE flow_id=? AND stream=?",
-            (flow_id, stream),
-        ).fetchone()
-        return int(row[0])
-
-    @staticmethod
-    def _trim_stream(db: sqlite3.Connection, flow_id: str, stream: str, capacity: int) -> None:
-        total = 0
-        keep_from: int | None = None
-        for offset, size in db.execute(
-            "SELECT offset, LENGTH(value) FROM streams WHERE flow_id=? AND stream=? "
-            "ORDER BY offset DESC",
-            (flow_id, stream),
-        ):
-            total += int(size)
-            if total > capacity and keep_from is not None:
-                break
-            keep_from = int(offset)
-        if keep_from is not None:
-            db.execute(
-                "DELETE FROM streams WHERE flow_id=? AND stream=? AND offset < ?",
-                (flow_id, stream, keep_from),
-            )
-
     async def read_stream(
         self, flow_id: str, stream: str, after_offset: int, limit: int
     ) -> list[StreamRecord]:
-        def read() -> list[StreamRecord]:
-            return [
-                StreamRecord(offset=o, created_at=t, source=s, value=bytes(v))
-                for o, t, s, v in self._db().execute(
-                    "SELECT offset, created_at, source, value FROM streams "
-                    "WHERE flow_id=? AND stream=? AND offset > ? ORDER BY offset LIMIT ?",
-                    (flow_id, stream, after_offset, limit),
-                )
-            ]
-
-        return await self._run(read)
+        return await self._run(lambda: read_rows(self._db(), flow_id, stream, after_offset, limit))
 
     async def list_stream(
         self, flow_id: str, stream: str, before_offset: int | None, limit: int
     ) -> list[StreamRecord]:
-        def read() -> list[StreamRecord]:
-            bound = before_offset if before_offset is not None else 2**62
-            return [
-                StreamRecord(offset=o, created_at=t, source=s, value=bytes(v))
-                for o, t, s, v in self._db().execute(
-                    "SELECT offset, created_at, source, value FROM streams "
-                    "WHERE flow_id=? AND stream=? AND offset < ? ORDER BY offset DESC LIMIT ?",
-                    (flow_id, stream, bound, limit),
-                )
-            ]
-
-        return await self._run(read)
+        return await self._run(lambda: list_rows(self._db(), flow_id, stream, before_offset, limit))
 
 
 def _runs_query(

@@ -122,8 +122,22 @@ class AttemptRunner:
             return answers
 
     async def _attempt(
-        self, record: ExecRecord, attempt: int, method: InvocationMethod, options: pb.StepOptions
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        options: pb.StepOptions,
+        *,
+        early_start: bool = False,
     ) -> AttemptOutcome:
+        """Run one attempt where its Step runs and watch it.
+
+        ``early_start`` (a remote ``execute`` attempt whose start was recorded at
+        dispatch): the executor runs user code as it sends the start
+        acknowledgement instead of after the host's answer, and a refusal cancels
+        it; any reply from the executor then counts as acknowledged (see
+        ``StepExecutor`` in ``engine/_executor.py``).
+        """
         assert self.definition is not None
         is_wait = method is InvocationMethod.WAIT_FOR
         # A remote attempt records its start later, at its acknowledgement: fix
@@ -178,8 +192,14 @@ class AttemptRunner:
                 request.SerializeToString(),
                 self.state.attribute_snapshot(loaded_maps),
             )
-            future, kill = self._submit_remote(record, attempt, method, payload, progress)
+            future, kill = self._submit_remote(
+                record, attempt, method, payload, progress, early_start
+            )
             live = Live(attempt, loop.time(), kill, first_attempt_at, loop.create_future())
+            if early_start:
+                # Registered before the watch's own callback: a reply marks the
+                # start before the outcome is looked at.
+                future.add_done_callback(lambda done: _replied(done, live))
             decode = _decode_remote
         self._live[exec_id] = live
         try:
@@ -210,6 +230,7 @@ class AttemptRunner:
         method: InvocationMethod,
         payload: RemoteRequest,
         progress: StepAttemptProgress,
+        early_start: bool = False,
     ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
         """Send an attempt's request (see ``RemoteRequest``) to Ray."""
         import ray
@@ -235,6 +256,7 @@ class AttemptRunner:
                     self.flow_id,
                     record.exec_id,
                     attempt,
+                    early_start,
                 ),
                 (self.flow_id, record.exec_id, attempt),
                 self._on_frames,
@@ -350,6 +372,26 @@ def _acknowledged(live: Live) -> None:
     live.last_beat = asyncio.get_running_loop().time()
     if live.acked is not None and not live.acked.done():
         live.acked.set_result(None)
+
+
+def _replied(future: asyncio.Future[Any], live: Live) -> None:
+    """An early-start attempt's executor answered: unless it refused the attempt or
+    died (no reply), user code ran, acknowledged or not."""
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is None or not (isinstance(error, AbandonedAttempt) or _no_reply(error)):
+        _acknowledged(live)
+
+
+def _no_reply(error: BaseException) -> bool:
+    """Ray's own failure of the call (the executor died or was never reached),
+    not an error its code raised."""
+    import ray.exceptions
+
+    return isinstance(error, ray.exceptions.RayError) and not isinstance(
+        error, ray.exceptions.RayTaskError
+    )
 
 
 def _cancel(future: asyncio.Future[Any]) -> None:

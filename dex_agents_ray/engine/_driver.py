@@ -454,7 +454,13 @@ class RunDriver(AttemptRunner):
             current = self.state.execs.get(record.exec_id)
             if current is None:
                 return  # canceled while its start was being recorded
-            outcome = await self._attempt(current, attempt, InvocationMethod.EXECUTE, options)
+            outcome = await self._attempt(
+                current,
+                attempt,
+                InvocationMethod.EXECUTE,
+                options,
+                early_start=record.remote is not None and mark,
+            )
             if outcome.result is not None and outcome.result.execute is not None:
                 await self._commit_finished(_Finished(record.exec_id, attempt, outcome.result))
                 return

@@ -13,6 +13,14 @@ costs two actor calls. Protocol of one call (``StepExecutor.run``):
 4. run the handler; heartbeats and Stream writes go back to the host in
    batches, and every frame is delivered before the result is returned.
 
+An attempt whose start the host recorded at dispatch (one that is not its
+Step's last, so a repeat is allowed) starts early: its handler runs as soon as
+its acknowledgement is sent, not after the host's answer (a round trip off
+every tool call's path), and a refusal cancels it. The host counts any reply
+of such an attempt as acknowledged. A single-attempt Step, and the last
+attempt of any, waits for the answer as above, so a superseded write never
+reaches user code.
+
 An executor that dies fails its in-flight calls: the host sees the actor
 error and counts the attempt as failed (``NOT_STARTED`` when no start was
 recorded). A call whose host died or moved on (the host no longer tracks that
@@ -72,6 +80,15 @@ class _Call:
     task: asyncio.Future[Any]
     started: float
     cancelled: bool = False
+    refused: bool = False
+    """The host refused an early start's acknowledgement (or could not be reached)."""
+
+
+def _refused(answer: asyncio.Future[bool], call: _Call) -> None:
+    """An early start's acknowledgement came back: a refusal cancels its user code."""
+    if answer.cancelled() or answer.exception() is not None or not answer.result():
+        call.refused = True
+        call.task.cancel()
 
 
 @dataclass
@@ -153,10 +170,15 @@ class StepExecutor:
         flow_id: str,
         exec_id: str,
         attempt: int,
+        early_start: bool = False,
     ) -> tuple[bool, Any, list[FrameRecord]]:
         """Run one attempt; returns whether it waited for a slot, its result,
         and the frames it wrote that were not sent yet (the host applies them
         before the result).
+
+        ``early_start``: the host recorded the start at dispatch (an attempt that
+        is not its Step's last), so user code starts as the acknowledgement goes
+        out, without waiting for the host's answer; a refusal cancels it.
 
         ``blob_box`` holds the Flow definition's object ref, boxed so that Ray
         does not fetch it for calls whose definition is already loaded.
@@ -172,7 +194,15 @@ class StepExecutor:
             link = await self._link(host_name)
             key = (flow_id, exec_id, attempt)
             result = await self._run(
-                definition_key, blob_box, method, request, progress, host_name, link, key
+                definition_key,
+                blob_box,
+                method,
+                request,
+                progress,
+                host_name,
+                link,
+                key,
+                early_start,
             )
             return queued, result, await self._take_frames(link, key)
         finally:
@@ -237,11 +267,13 @@ class StepExecutor:
         host_name: str,
         link: _HostLink,
         key: AttemptKey,
+        early_start: bool,
     ) -> Any:
         if gate_before_ack_spec() is not None:
             await asyncio.to_thread(wait_at_gate_before_ack)
         flow, mapper = await self._definition(definition_key, blob_box)
-        if not await self._acknowledge(link, key):
+        answer = self._acknowledge(link, key, early_start)
+        if not early_start and not await answer:
             return ABANDONED
         invocation, parsed, values = parse_request(method, request)
 
@@ -267,9 +299,13 @@ class StepExecutor:
         )
         call = _Call(host_name, task, asyncio.get_running_loop().time())
         self._calls[key] = call
+        if early_start:
+            answer.add_done_callback(lambda done: _refused(done, call))
         try:
             result = await task
         except asyncio.CancelledError:
+            if call.refused:
+                return ABANDONED
             if call.cancelled:
                 return CANCELLED
             raise
@@ -315,13 +351,21 @@ class StepExecutor:
                 link = self._links[host_name] = _HostLink(handle)
         return link
 
-    async def _acknowledge(self, link: _HostLink, key: AttemptKey) -> bool:
+    def _acknowledge(
+        self, link: _HostLink, key: AttemptKey, early_start: bool
+    ) -> asyncio.Future[bool]:
+        """Queue the start acknowledgement of ``key``; the future is the host's answer.
+
+        It goes out in the next batch, which is sent before any user code runs
+        (its sender is scheduled first); an early start does not wait for the
+        batch in flight to be answered, so its acknowledgement leaves at once.
+        """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         link.acks.append((key, future))
-        if not link.acking:
+        if not link.acking or (early_start and len(link.acks) == 1):
             link.acking = True
             self._spawn(self._send_acks(link))
-        return await future
+        return future
 
     async def _send_acks(self, link: _HostLink) -> None:
         try:

@@ -12,7 +12,13 @@ from dex import FlowStatus
 
 from dex_agents_ray.engine import ExecutorPoolOptions, RayTaskOptions, RemoteExecution
 from dex_agents_ray.engine._remote import YOUNG_COLLECTION_THRESHOLD
-from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor, kill_process
+from dex_agents_ray.testing import (
+    FileGate,
+    InvocationLog,
+    gate_before_ack_env,
+    kill_flow_actor,
+    kill_process,
+)
 from tests.engine.flows_crash import CrashFlow, Job
 from tests.engine.flows_pool import Fan, FanFlow
 from tests.engine.polling import eventually
@@ -215,6 +221,35 @@ async def test_a_call_whose_host_died_is_cancelled_on_its_executor(
     assert result.completions[0].decode(list[str]) == ["attempt-2"]
     FileGate(state_dir, "work-1").release()
     assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1", "Work-1/2"]
+
+
+async def test_an_early_start_the_host_refuses_is_cancelled_on_its_executor(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = CrashFlow()
+    # Orphan checks far apart: only the host's refusal can stop the attempt here.
+    engine = await engine_factory(
+        [flow], executor_pool=ExecutorPoolOptions(orphan_check=timedelta(minutes=10))
+    )
+    env = gate_before_ack_env(str(state_dir), "ack")
+    await engine.client.start_flow(
+        flow, "early-1", Job(str(state_dir), attempts=2, remote=True, env=env)
+    )
+    await FileGate(state_dir, "ack").wait_until_reached(timeout=120)
+    # Attempt 1 of 2 starts early; the run stops while it waits to acknowledge.
+    await engine.client.stop_flow("early-1")
+    result = await engine.client.wait_for_flow("early-1", timeout=90)
+    assert result.status is not FlowStatus.COMPLETED
+    FileGate(state_dir, "ack").release()
+
+    # The host refuses the acknowledgement: whatever of the attempt's user code
+    # ran is cancelled at its gate (never released).
+    stats = await eventually(
+        lambda: _stats(namespace),
+        lambda s: bool(s) and s[0]["completed"] == 1 and s[0]["running"] == 0,
+        timeout=60,
+    )
+    assert stats[0]["running"] == 0
 
 
 async def test_task_execution_runs_each_attempt_in_a_task_worker(

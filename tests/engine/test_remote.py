@@ -53,6 +53,33 @@ async def test_worker_killed_before_start_ack_is_not_started(
     assert failed[0].detail["error_type"] == "WorkerCrashedError"
 
 
+async def test_an_early_start_killed_before_its_ack_is_not_started_and_retries(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    # Attempt 1 of 2 starts early (its start is recorded at dispatch; user code
+    # would run as the acknowledgement leaves): killed before that, it still
+    # fails as not started, and its retry runs.
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    env = gate_before_ack_env(str(state_dir), "ack")
+    await engine.client.start_flow(
+        flow, "remote-early", Job(str(state_dir), attempts=2, remote=True, env=env)
+    )
+    kill_process(await FileGate(state_dir, "ack").wait_until_reached(timeout=120))
+    FileGate(state_dir, "ack").release()
+    FileGate(state_dir, "work-2").release()
+
+    result = await engine.client.wait_for_flow("remote-early", timeout=90)
+
+    assert result.completions[0].decode(list[str]) == ["attempt-2"]
+    assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/2"]
+    history = await engine.client.read_step_history("remote-early")
+    failed = [h for h in history if h.event == "attempt_failed"]
+    assert [(f.detail["started"], f.detail["error_type"]) for f in failed] == [
+        (False, "WorkerCrashedError")
+    ]
+
+
 async def test_worker_killed_after_start_ack_is_not_completed(
     engine_factory: Any, state_dir: Path
 ) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, NamedTuple
+from uuid import UUID
 
 import pytest
 from dex import CodecRegistry, JsonCodec
@@ -24,6 +26,7 @@ from dex_agents_ray import (
 )
 from dex_agents_ray.engine._codecs import (
     CachingCodecRegistry,
+    _dumps,
     _encode,
     _shared_texts,
     _SharedDecodingJsonCodec,
@@ -138,6 +141,51 @@ def test_one_pass_encoding_equals_the_sdks_asdict_encoding() -> None:
     ]
     for value in values:
         assert _encode(value) == _encode_json_value(value)
+
+
+class Text(str):
+    pass
+
+
+def _sdk_text(value: object) -> tuple[str, str]:
+    """What the SDK's ``json.dumps`` makes of ``_encode(value)``: its text or its error."""
+    try:
+        return "ok", json.dumps(
+            _encode_json_value(value), allow_nan=False, separators=(",", ":"), sort_keys=True
+        )
+    except (TypeError, ValueError) as error:
+        return type(error).__name__, str(error)
+
+
+def _our_text(value: object) -> tuple[str, str]:
+    try:
+        return "ok", _dumps(_encode(value))
+    except (TypeError, ValueError) as error:
+        return type(error).__name__, str(error)
+
+
+def test_the_fast_json_writer_writes_what_json_dumps_writes_and_refuses_what_it_refuses() -> None:
+    floats = [0.0, -0.0, 1.5, 1e-4, 9.99e-5, 1e-5, 1.5e-9, 5e-324, 1e15, 1e16, 1.2e300, -3e-7]
+    values: list[object] = [
+        {"b": 1, "a": [1, (2, 3)], "c": {"z": None, "y": True}},
+        "plain",
+        {"text": "caf\u00e9 \u2603 \U0001f600", "del": "a\x7fb", "ctl": '\x00\x1f\n\t"\\'},
+        [2**63 - 1, -(2**63), 2**64, -(2**70)],
+        {1: "int key"},
+        {"sub": Text("x")},
+        *floats,
+        [{"v": f} for f in floats],
+        Node(
+            "a", [Node("b", color=Color.RED)], {"x": 1.0e-6}, seen=datetime(2026, 1, 1, tzinfo=UTC)
+        ),
+        float("nan"),
+        {"x": float("inf")},
+        "\ud800",
+        {"id": UUID(int=1)},
+        {"when": datetime(2026, 1, 1, tzinfo=UTC).date()},
+    ]
+    for value in values:
+        assert _our_text(value) == _sdk_text(value), value
 
 
 @dataclass(frozen=True)

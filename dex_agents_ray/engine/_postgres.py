@@ -42,6 +42,7 @@ from dex_agents_ray.engine._records import (
     RunStatus,
     StreamAppend,
     StreamRecord,
+    compact_json,
 )
 from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row, _runs_query
 from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
@@ -799,7 +800,7 @@ async def _apply(conn: Connection, c: Commit, sizes: StreamSizes | None = None) 
         await cur.executemany(
             _APPEND_HISTORY,
             [
-                {"f": fid, "a": h.at, "e": h.exec_id, "v": h.event, "d": json.dumps(h.detail)}
+                {"f": fid, "a": h.at, "e": h.exec_id, "v": h.event, "d": compact_json(h.detail)}
                 for h in c.history
             ],
         )

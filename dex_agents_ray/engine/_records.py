@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 SCHEMA_VERSION = 1
 """Version of the persisted format; readers refuse newer versions."""
 
@@ -47,8 +49,14 @@ class ExecStatus(StrEnum):
 _ACTIVE = frozenset({ExecStatus.WAIT_FOR, ExecStatus.WAITING, ExecStatus.READY})
 
 
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-"""``json.dumps(..., separators=(",", ":"))`` without a new encoder per call."""
+def compact_json(data: Any, *, sort_keys: bool = False) -> str:
+    """Compact JSON text of a record's plain data (dicts, lists, strings, numbers):
+    ``orjson``'s, or ``json``'s for a value ``orjson`` refuses. Only this engine
+    reads it back (with ``json.loads``)."""
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS if sort_keys else 0).decode()
+    except TypeError:
+        return json.dumps(data, separators=(",", ":"), sort_keys=sort_keys)
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -145,7 +153,7 @@ class ExecRecord:
             "last_error": self.last_error,
             "ended_at": self.ended_at,
         }
-        return _COMPACT_JSON.encode(data)
+        return compact_json(data)
 
     @staticmethod
     def from_json(text: str) -> ExecRecord:
@@ -229,20 +237,19 @@ class RunRecord:
             self.closed_at,
             self.error_type,
             self.error_message,
-            json.dumps(self.active_step_types),
-            json.dumps(self.search_attributes, sort_keys=True),
+            compact_json(self.active_step_types),
+            compact_json(self.search_attributes, sort_keys=True),
             self.extra_json(),
         )
 
     def extra_json(self) -> str:
-        return json.dumps(
+        return compact_json(
             {
                 "counters": self.counters,
                 "next_message_seq": self.next_message_seq,
                 "graceful_completed": self.graceful_completed,
                 "start_request_id": self.start_request_id,
-            },
-            separators=(",", ":"),
+            }
         )
 
 

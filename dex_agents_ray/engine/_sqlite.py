@@ -29,6 +29,7 @@ from dex_agents_ray.engine._records import (
     RunStatus,
     StreamAppend,
     StreamRecord,
+    compact_json,
 )
 from dex_agents_ray.engine._sqlite_streams import StreamRows, list_rows, read_rows
 from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
@@ -477,7 +478,7 @@ class SqliteFlowStore:
             db.executemany(
                 "INSERT INTO history VALUES (?,?,?,?,?,?)",
                 [
-                    (fid, base + i + 1, h.at, h.exec_id, h.event, json.dumps(h.detail))
+                    (fid, base + i + 1, h.at, h.exec_id, h.event, compact_json(h.detail))
                     for i, h in enumerate(c.history)
                 ],
             )

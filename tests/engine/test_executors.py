@@ -78,13 +78,15 @@ async def test_the_first_call_of_a_shape_starts_the_minimum_of_executors(
     assert sorted(s["completed"] for s in stats) == [0, 0, 4]
 
 
-def _collector(_: object) -> tuple[int, int]:
+def _collector(_: object) -> tuple[int, int, str]:
+    import asyncio
     import gc
 
-    return gc.get_threshold()[0], gc.get_freeze_count()
+    policy = type(asyncio.get_event_loop_policy()).__module__
+    return gc.get_threshold()[0], gc.get_freeze_count(), policy
 
 
-async def test_hosts_and_executors_tune_the_garbage_collector(
+async def test_hosts_and_executors_tune_the_garbage_collector_and_run_on_uvloop(
     engine_factory: Any, state_dir: Path, namespace: str
 ) -> None:
     flow = FanFlow()
@@ -97,9 +99,11 @@ async def test_hosts_and_executors_tune_the_garbage_collector(
     executors = _executors(namespace)
     assert executors
     for handle in [engine.host("fan-gc"), *executors]:
-        threshold, frozen = await handle.__ray_call__.remote(_collector)
+        threshold, frozen, policy = await handle.__ray_call__.remote(_collector)
         assert threshold == YOUNG_COLLECTION_THRESHOLD
         assert frozen > 10_000  # the modules and the Flow they loaded
+        # Ray's workers run their event loops on uvloop when it is installed.
+        assert policy.startswith("uvloop"), policy
 
 
 async def test_every_slot_of_an_executor_has_a_thread_for_sync_code(

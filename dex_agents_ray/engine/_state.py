@@ -12,7 +12,6 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
@@ -294,13 +293,15 @@ class Tx:
         self._stored = stored
         self.now = now
         run = state.run
-        self.run = replace(  # a working copy: its containers are the only mutable parts
-            run,
-            counters=dict(run.counters),
-            active_step_types=list(run.active_step_types),
-            # Writes replace or remove whole values, never change one in place.
-            search_attributes=dict(run.search_attributes),
-        )
+        # A working copy (``dataclasses.replace`` without re-running ``__init__``):
+        # its containers are the only mutable parts. Writes replace or remove whole
+        # search attribute values, never change one in place.
+        copy = object.__new__(RunRecord)
+        copy.__dict__.update(run.__dict__)
+        copy.counters = dict(run.counters)
+        copy.active_step_types = list(run.active_step_types)
+        copy.search_attributes = dict(run.search_attributes)
+        self.run = copy
         self.commit = Commit(flow_id=self.run.flow_id, epoch=epoch)
         self._channels: dict[str, list[ChannelMessageRecord]] = {}
         self._execs: dict[str, ExecRecord] = {}

@@ -192,8 +192,9 @@ except ImportError:  # pragma: no cover - a declared dependency
 
 
 class _StdFloat(float):
-    """A float ``orjson`` would format otherwise than ``repr`` (an exponent below
-    -4) or refuse to (NaN, infinities): its type sends the text to ``json``."""
+    """A float outside ``1e-4 <= abs(x) < 1e16`` (where ``orjson``'s exponents can
+    differ from ``repr``'s), NaN or an infinity (``orjson`` writes ``null``,
+    ``json`` refuses): ``orjson`` refuses the subclass, so ``json`` writes it."""
 
 
 def _float(value: float) -> float:

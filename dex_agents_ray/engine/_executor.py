@@ -17,7 +17,10 @@ An attempt whose start the host recorded at dispatch (one that is not its
 Step's last, so a repeat is allowed) starts early: its handler runs as soon as
 its acknowledgement is sent, not after the host's answer (a round trip off
 every tool call's path), and a refusal cancels it. The host counts any reply
-of such an attempt as acknowledged. A single-attempt Step, and the last
+of such an attempt as acknowledged; an executor that dies between sending the
+acknowledgement and the host receiving it may have begun user code the host
+counts as not started (the attempt is not the last: it runs again either
+way). A single-attempt Step, and the last
 attempt of any, waits for the answer as above, so a superseded write never
 reaches user code.
 

@@ -51,8 +51,8 @@ _ACTIVE = frozenset({ExecStatus.WAIT_FOR, ExecStatus.WAITING, ExecStatus.READY})
 
 def compact_json(data: Any, *, sort_keys: bool = False) -> str:
     """Compact JSON text of a record's plain data (dicts, lists, strings, numbers):
-    ``orjson``'s, or ``json``'s for a value ``orjson`` refuses. Only this engine
-    reads it back (with ``json.loads``)."""
+    ``orjson``'s, or ``json``'s for a value ``orjson`` refuses (a NaN is written as
+    ``null``). Only this engine reads it back (with ``json.loads``)."""
     try:
         return orjson.dumps(data, option=orjson.OPT_SORT_KEYS if sort_keys else 0).decode()
     except TypeError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dex_agents_ray.engine._records import StreamAppend, StreamRecord
@@ -73,14 +73,12 @@ def read_rows(
     db: sqlite3.Connection, flow_id: str, stream: str, after_offset: int, limit: int
 ) -> list[StreamRecord]:
     """Up to ``limit`` records past ``after_offset``, oldest first."""
-    return [
-        StreamRecord(offset=o, created_at=t, source=s, value=bytes(v))
-        for o, t, s, v in db.execute(
-            "SELECT offset, created_at, source, value FROM streams "
-            "WHERE flow_id=? AND stream=? AND offset > ? ORDER BY offset LIMIT ?",
+    return _records(
+        db.execute(
+            f"{_SELECT} AND offset > ? ORDER BY offset LIMIT ?",
             (flow_id, stream, after_offset, limit),
         )
-    ]
+    )
 
 
 def list_rows(
@@ -88,14 +86,19 @@ def list_rows(
 ) -> list[StreamRecord]:
     """Up to ``limit`` records before ``before_offset`` (``None``: the newest), newest first."""
     bound = before_offset if before_offset is not None else 2**62
-    return [
-        StreamRecord(offset=o, created_at=t, source=s, value=bytes(v))
-        for o, t, s, v in db.execute(
-            "SELECT offset, created_at, source, value FROM streams "
-            "WHERE flow_id=? AND stream=? AND offset < ? ORDER BY offset DESC LIMIT ?",
+    return _records(
+        db.execute(
+            f"{_SELECT} AND offset < ? ORDER BY offset DESC LIMIT ?",
             (flow_id, stream, bound, limit),
         )
-    ]
+    )
+
+
+_SELECT = "SELECT offset, created_at, source, value FROM streams WHERE flow_id=? AND stream=?"
+
+
+def _records(rows: Iterable[tuple[int, float, str, bytes]]) -> list[StreamRecord]:
+    return [StreamRecord(offset=o, created_at=t, source=s, value=bytes(v)) for o, t, s, v in rows]
 
 
 def _last_offset(db: sqlite3.Connection, flow_id: str, stream: str) -> int:

@@ -31,17 +31,25 @@ async def test_remote_step_runs_in_a_task_worker_and_commits(
     assert started == ["Begin-1", "Work-1", "Finish-1"]
 
 
-async def test_worker_killed_before_start_ack_is_not_started(
-    engine_factory: Any, state_dir: Path
-) -> None:
+async def _killed_before_ack(
+    engine_factory: Any, state_dir: Path, flow_id: str, *, attempts: int
+) -> Any:
+    """Start a remote Job whose executor waits before acknowledging attempt 1, and
+    kill that executor there; returns the engine."""
     flow = CrashFlow()
     engine = await engine_factory([flow])
     env = gate_before_ack_env(str(state_dir), "ack")
     await engine.client.start_flow(
-        flow, "remote-2", Job(str(state_dir), attempts=1, remote=True, env=env)
+        flow, flow_id, Job(str(state_dir), attempts=attempts, remote=True, env=env)
     )
-    worker_pid = await FileGate(state_dir, "ack").wait_until_reached(timeout=120)
-    kill_process(worker_pid)
+    kill_process(await FileGate(state_dir, "ack").wait_until_reached(timeout=120))
+    return engine
+
+
+async def test_worker_killed_before_start_ack_is_not_started(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    engine = await _killed_before_ack(engine_factory, state_dir, "remote-2", attempts=1)
 
     result = await engine.client.wait_for_flow("remote-2", timeout=90)
 
@@ -59,13 +67,7 @@ async def test_an_early_start_killed_before_its_ack_is_not_started_and_retries(
     # Attempt 1 of 2 starts early (its start is recorded at dispatch; user code
     # would run as the acknowledgement leaves): killed before that, it still
     # fails as not started, and its retry runs.
-    flow = CrashFlow()
-    engine = await engine_factory([flow])
-    env = gate_before_ack_env(str(state_dir), "ack")
-    await engine.client.start_flow(
-        flow, "remote-early", Job(str(state_dir), attempts=2, remote=True, env=env)
-    )
-    kill_process(await FileGate(state_dir, "ack").wait_until_reached(timeout=120))
+    engine = await _killed_before_ack(engine_factory, state_dir, "remote-early", attempts=2)
     FileGate(state_dir, "ack").release()
     FileGate(state_dir, "work-2").release()
 

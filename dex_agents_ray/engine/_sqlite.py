@@ -121,6 +121,19 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
 
 
+def _settle_all(batch: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+    """Hand each write's outcome to its caller's loop (directly on that loop)."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for item, (result, outcome) in zip(batch, outcomes, strict=True):
+        if item.loop is running:
+            _settle(item.done, result, outcome)
+        else:
+            item.loop.call_soon_threadsafe(_settle, item.done, result, outcome)
+
+
 def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if done.done():
         return
@@ -152,6 +165,7 @@ class SqliteFlowStore:
         self._busy_wait = _BUSY_WAIT_SECONDS
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()
+        self._conn_lock = threading.Lock()
         self._flush_scheduled = False
         self._streams = StreamRows()
         self.commits_written = 0
@@ -242,7 +256,11 @@ class SqliteFlowStore:
         if self._executor is None:
             raise RuntimeError("the store is not open")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        return await loop.run_in_executor(self._executor, self._locked, fn, *args)
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._conn_lock:
+            return fn(*args)
 
     async def _retry(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         def counted(error: BaseException) -> bool:
@@ -364,8 +382,59 @@ class SqliteFlowStore:
             schedule = not self._flush_scheduled
             self._flush_scheduled = True
         if schedule:
-            self._executor.submit(self._flush)
+            loop.call_soon(self._flush_here)
         return await done
+
+    def _flush_here(self) -> None:
+        """Write the queued writes on the event loop's own thread when the
+        connection and the writers' ``flock`` are free at once, and SQLite's write
+        lock is too; else hand them to the store's thread, which waits its turn.
+
+        A transaction on the store's thread needs the GIL back after every
+        statement and after its ``COMMIT``, while a loaded host's event loop holds
+        it: at 50 sessions a ``COMMIT`` took 1.9 ms of wall time for 0.36 ms of
+        CPU, and the ``flock`` stayed taken all along, so the other hosts' writes
+        waited too. Here the loop pays the statements' CPU it would have paid
+        anyway and waits only for the fsync, never for a lock."""
+        if self._conn is None or not self._conn_lock.acquire(blocking=False):
+            self._hand_over()
+            return
+        try:
+            lock = self._writer_lock
+            if lock is not None and not _try_flock(lock):
+                self._hand_over()
+                return
+            try:
+                db = self._db()
+                try:
+                    began = _begin_at_once(db, self._busy_wait)
+                except sqlite3.Error:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    began = False
+                if not began:  # another program writes without the flock
+                    self._hand_over()
+                    return
+                outcomes: list[tuple[Any, BaseException | None]] = []
+                batch = self._write_queued(db, outcomes, begun=True)
+            finally:
+                if lock is not None:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            self._conn_lock.release()
+        _settle_all(batch, outcomes)
+
+    def _hand_over(self) -> None:
+        """Give the queued writes to the store's thread (or fail them: it is closed)."""
+        executor = self._executor
+        if executor is not None:
+            try:
+                executor.submit(self._flush)
+                return
+            except RuntimeError:  # shut down since
+                pass
+        batch = self._take_queued()
+        _settle_all(batch, [(None, RuntimeError("the store is not open"))] * len(batch))
 
     def _flush(self) -> None:
         """Write every queued write in one transaction; one savepoint each, so a
@@ -373,10 +442,14 @@ class SqliteFlowStore:
         the transaction holds the write lock: writes queued while this store
         waited for another process's transaction ride in this one."""
         outcomes: list[tuple[Any, BaseException | None]] = []
-        with self._writing() as db:
-            batch = self._write_queued(db, outcomes)
-        for item, (result, outcome) in zip(batch, outcomes, strict=True):
-            item.loop.call_soon_threadsafe(_settle, item.done, result, outcome)
+        with self._conn_lock:
+            if self._conn is None:
+                batch = self._take_queued()
+                outcomes = [(None, RuntimeError("the store is not open"))] * len(batch)
+            else:
+                with self._writing() as db:
+                    batch = self._write_queued(db, outcomes)
+        _settle_all(batch, outcomes)
 
     def _take_queued(self) -> list[_Pending]:
         with self._pending_lock:
@@ -385,10 +458,15 @@ class SqliteFlowStore:
         return batch
 
     def _write_queued(
-        self, db: sqlite3.Connection, outcomes: list[tuple[Any, BaseException | None]]
+        self,
+        db: sqlite3.Connection,
+        outcomes: list[tuple[Any, BaseException | None]],
+        *,
+        begun: bool = False,
     ) -> list[_Pending]:
         try:
-            db.execute("BEGIN IMMEDIATE")
+            if not begun:
+                db.execute("BEGIN IMMEDIATE")
         except BaseException as error:
             batch = self._take_queued()
             outcomes[:] = [(None, error)] * len(batch)
@@ -781,15 +859,34 @@ def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:
     )
 
 
+def _begin_at_once(db: sqlite3.Connection, busy_wait: float) -> bool:
+    """``BEGIN IMMEDIATE`` without SQLite's busy wait: False if another connection
+    holds the write lock."""
+    db.execute("PRAGMA busy_timeout=0")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        db.execute(f"PRAGMA busy_timeout={int(busy_wait * 1000)}")
+    return True
+
+
+def _try_flock(fd: int) -> bool:
+    """Take the exclusive ``flock`` on ``fd`` if it is free now."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _take_flock(fd: int, wait: float) -> bool:
     """Take the exclusive ``flock`` on ``fd`` within ``wait`` seconds: tries every
     50 us at first, then every millisecond (a holder keeps it for a transaction,
     a few milliseconds). False when the time is up."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if _try_flock(fd):
         return True
-    except BlockingIOError:
-        pass
     deadline = time.monotonic() + wait
     delay = 0.00005
     while True:

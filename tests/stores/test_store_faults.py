@@ -164,6 +164,35 @@ async def test_commits_queued_while_a_store_waits_for_the_writer_lock_share_a_tr
         assert [h.event for h in await store.history("a")] == ["first", "later", "later"]
 
 
+async def test_a_commit_with_the_locks_free_is_written_without_the_stores_thread(
+    tmp_path: Path,
+) -> None:
+    """With the connection, the writers' flock and SQLite's lock free, the group
+    transaction is written on the event loop's thread: it does not queue behind
+    work the store's thread is busy with."""
+    path = tmp_path / "inline.db"
+    async with opened(SqliteStoreConfig(path=str(path))) as store:
+        epoch = await _started(store)
+        assert isinstance(store, SqliteFlowStore)
+        release = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        busy = loop.run_in_executor(
+            store._executor,  # type: ignore[arg-type]
+            lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(),
+        )
+        try:
+            await asyncio.wait_for(
+                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "here")])),
+                timeout=30,
+            )
+        finally:
+            release.set()
+            await busy
+        assert [h.event for h in await store.history("a")] == ["here"]
+    with sqlite3.connect(path) as other:  # durable for another connection
+        assert other.execute("SELECT event FROM history").fetchall() == [("here",)]
+
+
 async def test_a_writer_lock_held_past_the_busy_wait_is_passed_by(tmp_path: Path) -> None:
     path = tmp_path / "hung.db"
     config = SqliteStoreConfig(path=str(path), retry_deadline=timedelta(milliseconds=300))

@@ -177,7 +177,7 @@ async def test_a_commit_with_the_locks_free_is_written_without_the_stores_thread
         release = asyncio.Event()
         loop = asyncio.get_running_loop()
         busy = loop.run_in_executor(
-            store._executor,  # type: ignore[arg-type]
+            store._executor,
             lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(),
         )
         try:

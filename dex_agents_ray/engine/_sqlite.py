@@ -146,8 +146,11 @@ def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None)
 class SqliteFlowStore:
     """``FlowStore`` on one SQLite file in WAL mode.
 
-    All statements of one store object run on one dedicated thread and one
-    connection, so the event loop never blocks on the disk. Processes share the
+    One connection per store object. Reads and single writes run on a dedicated
+    thread; a group transaction runs on the event loop's own thread when the
+    connection and the writers' locks are free at once (it then blocks the loop
+    for its statements and its fsync only), else on that thread, which may wait
+    for them (see ``_flush_here``). Processes share the
     file; SQLite serializes their writers. Their write transactions first take an
     exclusive ``flock`` on ``<file>-writer.lock`` (where ``fcntl`` exists): a
     writer that waits for SQLite's own lock polls it with sleeps of 1, 2, 5, 10

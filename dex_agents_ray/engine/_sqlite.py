@@ -112,6 +112,12 @@ _PER_RUN_TABLES = (
 )
 
 
+_LOOP_LOCK_RETRY = 0.0005
+"""How often a group transaction waiting on the event loop tries the writers' flock."""
+_LOOP_LOCK_TRIES = 20
+"""Tries on the loop before the store's thread waits for the flock instead."""
+
+
 @dataclass
 class _Pending:
     """A write waiting for the transaction that will carry it."""
@@ -388,10 +394,13 @@ class SqliteFlowStore:
             loop.call_soon(self._flush_here)
         return await done
 
-    def _flush_here(self) -> None:
+    def _flush_here(self, tries: int = 0) -> None:
         """Write the queued writes on the event loop's own thread when the
         connection and the writers' ``flock`` are free at once, and SQLite's write
         lock is too; else hand them to the store's thread, which waits its turn.
+        While another process holds the ``flock`` the loop tries again every
+        ``_LOOP_LOCK_RETRY`` seconds (commits queued meanwhile join the group), up
+        to ``_LOOP_LOCK_TRIES`` times, then hands over.
 
         A transaction on the store's thread needs the GIL back after every
         statement and after its ``COMMIT``, while a loaded host's event loop holds
@@ -405,7 +414,11 @@ class SqliteFlowStore:
         try:
             lock = self._writer_lock
             if lock is not None and not _try_flock(lock):
-                self._hand_over()
+                if tries < _LOOP_LOCK_TRIES:
+                    loop = asyncio.get_running_loop()
+                    loop.call_later(_LOOP_LOCK_RETRY, self._flush_here, tries + 1)
+                else:
+                    self._hand_over()
                 return
             try:
                 db = self._db()

@@ -4,9 +4,11 @@ COMMIT, a server that stays away past the deadline, a locked or full SQLite file
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import sqlite3
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from dex_agents_ray.engine import (
     SqliteStoreConfig,
     StoreUnavailableError,
 )
+from dex_agents_ray.engine import _sqlite as sqlite_store
 from dex_agents_ray.engine._records import Commit, StreamAppend
 from dex_agents_ray.engine._sqlite import SqliteFlowStore
 from tests.stores.postgres_server import PostgresServer
@@ -164,6 +167,22 @@ async def test_commits_queued_while_a_store_waits_for_the_writer_lock_share_a_tr
         assert [h.event for h in await store.history("a")] == ["first", "later", "later"]
 
 
+@contextlib.asynccontextmanager
+async def _store_thread_busy(store: SqliteFlowStore) -> AsyncIterator[None]:
+    """The store's own thread kept busy with other work while the body runs."""
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    busy = loop.run_in_executor(
+        store._executor,
+        lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(),
+    )
+    try:
+        yield
+    finally:
+        release.set()
+        await busy
+
+
 async def test_a_commit_with_the_locks_free_is_written_without_the_stores_thread(
     tmp_path: Path,
 ) -> None:
@@ -174,23 +193,39 @@ async def test_a_commit_with_the_locks_free_is_written_without_the_stores_thread
     async with opened(SqliteStoreConfig(path=str(path))) as store:
         epoch = await _started(store)
         assert isinstance(store, SqliteFlowStore)
-        release = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        busy = loop.run_in_executor(
-            store._executor,
-            lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(),
-        )
-        try:
+        async with _store_thread_busy(store):
             await asyncio.wait_for(
                 store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "here")])),
                 timeout=30,
             )
-        finally:
-            release.set()
-            await busy
         assert [h.event for h in await store.history("a")] == ["here"]
     with sqlite3.connect(path) as other:  # durable for another connection
         assert other.execute("SELECT event FROM history").fetchall() == [("here",)]
+
+
+async def test_a_group_waiting_for_another_writers_flock_is_written_by_the_loop_once_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop tries the flock again while another process holds it (here without
+    giving up, so the store's busy thread cannot be what writes the group)."""
+    monkeypatch.setattr(sqlite_store, "_LOOP_LOCK_TRIES", 1_000_000)
+    path = tmp_path / "retried.db"
+    async with opened(SqliteStoreConfig(path=str(path))) as store:
+        epoch = await _started(store)
+        assert isinstance(store, SqliteFlowStore)
+        async with _store_thread_busy(store):
+            held = _hold_writer_flock(path)
+            try:
+                pending = asyncio.ensure_future(
+                    store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")]))
+                )
+                done, _ = await asyncio.wait({pending}, timeout=0.05)
+                assert not done  # waits for the other writer
+            finally:
+                fcntl.flock(held, fcntl.LOCK_UN)
+                os.close(held)
+            await asyncio.wait_for(pending, timeout=30)
+        assert [h.event for h in await store.history("a")] == ["x"]
 
 
 async def test_a_writer_lock_held_past_the_busy_wait_is_passed_by(tmp_path: Path) -> None:

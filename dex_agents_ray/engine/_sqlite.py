@@ -432,7 +432,8 @@ class SqliteFlowStore:
                     began = _begin_at_once(db, self._busy_wait)
                 except sqlite3.Error:
                     if db.in_transaction:
-                        db.execute("ROLLBACK")
+                        with contextlib.suppress(sqlite3.Error):
+                            db.execute("ROLLBACK")
                     began = False
                 if not began:  # another program writes without the flock
                     self._hand_over()
@@ -498,20 +499,30 @@ class SqliteFlowStore:
             if not batch:
                 db.execute("ROLLBACK")
                 return batch
-            for item in batch:
-                db.execute("SAVEPOINT one_write")
+            if len(batch) == 1:
+                # One write: the transaction is its savepoint.
                 try:
-                    result = item.write(db)
+                    outcomes.append((batch[0].write(db), None))
                 except Exception as error:
-                    if not db.in_transaction:
-                        # SQLite rolled the whole transaction back itself (a full
-                        # disk, an I/O error): no write of the batch is applied.
-                        raise error from None
-                    db.execute("ROLLBACK TO one_write")
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
                     outcomes.append((None, error))
-                else:
-                    outcomes.append((result, None))
-                db.execute("RELEASE one_write")
+                    return batch
+            else:
+                for item in batch:
+                    db.execute("SAVEPOINT one_write")
+                    try:
+                        result = item.write(db)
+                    except Exception as error:
+                        if not db.in_transaction:
+                            # SQLite rolled the whole transaction back itself (a full
+                            # disk, an I/O error): no write of the batch is applied.
+                            raise error from None
+                        db.execute("ROLLBACK TO one_write")
+                        outcomes.append((None, error))
+                    else:
+                        outcomes.append((result, None))
+                    db.execute("RELEASE one_write")
             db.execute("COMMIT")
             self.commits_written += len(batch)
             self.transactions_written += 1
@@ -541,25 +552,29 @@ class SqliteFlowStore:
                 "INSERT INTO active_steps VALUES (?,?,?)",
                 [(t, c.run.started_at, fid) for t in dict.fromkeys(c.run.active_step_types)],
             )
+        # Each statement only when it has rows: a commit touches few of the tables.
         for key in c.attribute_deletes:
             db.execute("DELETE FROM attributes WHERE flow_id=? AND key=?", (fid, key))
-        db.executemany(
-            "INSERT OR REPLACE INTO attributes VALUES (?,?,?)",
-            [(fid, k, v) for k, v in c.attribute_upserts.items()],
-        )
+        if c.attribute_upserts:
+            db.executemany(
+                "INSERT OR REPLACE INTO attributes VALUES (?,?,?)",
+                [(fid, k, v) for k, v in c.attribute_upserts.items()],
+            )
         for channel, message_id in c.message_deletes:
             db.execute(
                 "DELETE FROM messages WHERE flow_id=? AND channel=? AND message_id=?",
                 (fid, channel, message_id),
             )
-        db.executemany(
-            "INSERT INTO messages VALUES (?,?,?,?,?)",
-            [(fid, m.channel, m.seq, m.message_id, m.value) for m in c.message_appends],
-        )
-        db.executemany(
-            "INSERT OR REPLACE INTO executions VALUES (?,?,?,?,?)",
-            [(fid, e.exec_id, e.status.value, e.wake_at, e.to_json()) for e in c.executions],
-        )
+        if c.message_appends:
+            db.executemany(
+                "INSERT INTO messages VALUES (?,?,?,?,?)",
+                [(fid, m.channel, m.seq, m.message_id, m.value) for m in c.message_appends],
+            )
+        if c.executions:
+            db.executemany(
+                "INSERT OR REPLACE INTO executions VALUES (?,?,?,?,?)",
+                [(fid, e.exec_id, e.status.value, e.wake_at, e.to_json()) for e in c.executions],
+            )
         if c.completions:
             base = db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM completions WHERE flow_id=?", (fid,)
@@ -589,7 +604,7 @@ class SqliteFlowStore:
             )
         if c.prune is not None:
             self._prune(db, fid, c.prune)
-        return self._streams.append(db, fid, c.stream_appends)
+        return self._streams.append(db, fid, c.stream_appends) if c.stream_appends else []
 
     @staticmethod
     def _prune(db: sqlite3.Connection, fid: str, prune: PruneRequest) -> None:

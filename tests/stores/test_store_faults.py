@@ -21,7 +21,7 @@ from dex_agents_ray.engine import (
     StoreUnavailableError,
 )
 from dex_agents_ray.engine import _sqlite as sqlite_store
-from dex_agents_ray.engine._records import Commit, StreamAppend
+from dex_agents_ray.engine._records import ChannelMessageRecord, Commit, StreamAppend
 from dex_agents_ray.engine._sqlite import SqliteFlowStore
 from tests.stores.postgres_server import PostgresServer
 from tests.stores.records import entry, opened, run
@@ -201,6 +201,33 @@ async def test_a_commit_with_the_locks_free_is_written_without_the_stores_thread
         assert [h.event for h in await store.history("a")] == ["here"]
     with sqlite3.connect(path) as other:  # durable for another connection
         assert other.execute("SELECT event FROM history").fetchall() == [("here",)]
+
+
+async def test_a_lone_write_that_fails_partway_applies_none_of_its_rows(tmp_path: Path) -> None:
+    """A transaction of one write has no savepoint: when the write fails after some
+    of its rows went in, the whole transaction rolls back, and the store goes on."""
+    async with opened(SqliteStoreConfig(path=str(tmp_path / "lone.db"))) as store:
+        epoch = await _started(store)
+        twice = [
+            ChannelMessageRecord(channel="c", seq=1, message_id=f"m{i}", value=b"v") for i in (1, 2)
+        ]
+        failing = Commit(
+            flow_id="a",
+            epoch=epoch,
+            attribute_upserts={"written-first": b"x"},
+            history=[entry("X-1", "written-too")],
+            message_appends=twice,  # the same seq twice: the messages' key refuses it
+        )
+
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.commit(failing)
+
+        await store.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"after": b"y"}))
+        _, loaded = await store.activate("a")
+        assert loaded is not None
+        assert set(loaded.attributes) == {"after"}
+        assert loaded.messages == []
+        assert await store.history("a") == []
 
 
 async def test_a_group_waiting_for_another_writers_flock_is_written_by_the_loop_once_free(

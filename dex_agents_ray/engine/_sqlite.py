@@ -102,6 +102,28 @@ CREATE TABLE IF NOT EXISTS streams (
     PRIMARY KEY (flow_id, stream, offset));
 """
 
+_UPSERT_RUN = (
+    "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (flow_id) DO UPDATE SET "
+    + ", ".join(
+        f"{column}=excluded.{column}"
+        for column in (
+            "run_id",
+            "flow_type",
+            "flow_hash",
+            "status",
+            "started_at",
+            "closed_at",
+            "error_type",
+            "error_message",
+            "active_step_types",
+            "search_attributes",
+            "extra",
+        )
+    )
+)
+"""A run's row, written in place when it is there (``OR REPLACE`` would delete it
+and insert it again, index entries and all)."""
+
 _PER_RUN_TABLES = (
     "attributes",
     "messages",
@@ -545,7 +567,7 @@ class SqliteFlowStore:
     def _apply(self, db: sqlite3.Connection, c: Commit) -> list[int]:
         fid = c.flow_id
         if c.run is not None:
-            db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", c.run.row())
+            db.execute(_UPSERT_RUN, c.run.row())
         if c.run is not None and c.active_steps_changed:
             db.execute("DELETE FROM active_steps WHERE flow_id=?", (fid,))
             db.executemany(
@@ -557,7 +579,8 @@ class SqliteFlowStore:
             db.execute("DELETE FROM attributes WHERE flow_id=? AND key=?", (fid, key))
         if c.attribute_upserts:
             db.executemany(
-                "INSERT OR REPLACE INTO attributes VALUES (?,?,?)",
+                "INSERT INTO attributes VALUES (?,?,?) "
+                "ON CONFLICT (flow_id, key) DO UPDATE SET value=excluded.value",
                 [(fid, k, v) for k, v in c.attribute_upserts.items()],
             )
         for channel, message_id in c.message_deletes:

@@ -482,10 +482,11 @@ class SqliteFlowStore:
         _settle_all(batch, [(None, RuntimeError("the store is not open"))] * len(batch))
 
     def _flush(self) -> None:
-        """Write every queued write in one transaction; one savepoint each, so a
-        refused commit (a stale epoch) rolls back alone. The queue is taken once
-        the transaction holds the write lock: writes queued while this store
-        waited for another process's transaction ride in this one."""
+        """Write every queued write in one transaction; one savepoint each when
+        there are several, so a refused commit (a stale epoch) rolls back alone.
+        The queue is taken once the transaction holds the write lock: writes
+        queued while this store waited for another process's transaction ride in
+        this one."""
         outcomes: list[tuple[Any, BaseException | None]] = []
         with self._conn_lock:
             if self._conn is None:

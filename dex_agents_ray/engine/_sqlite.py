@@ -551,7 +551,8 @@ class SqliteFlowStore:
             self.transactions_written += 1
         except BaseException as error:
             if db.in_transaction:
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # the batch is settled either way
+                    db.execute("ROLLBACK")
             outcomes[:] = [(None, error)] * len(batch)
         return batch
 

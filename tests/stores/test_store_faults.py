@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,6 +229,46 @@ async def test_a_lone_write_that_fails_partway_applies_none_of_its_rows(tmp_path
         assert set(loaded.attributes) == {"after"}
         assert loaded.messages == []
         assert await store.history("a") == []
+
+
+class _RefusingEnds:
+    """A SQLite connection whose ``COMMIT`` and ``ROLLBACK`` fail, as on a broken one."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql in ("COMMIT", "ROLLBACK"):
+            raise sqlite3.OperationalError("the connection broke")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def test_a_commit_whose_rollback_fails_too_raises_and_applies_nothing(
+    tmp_path: Path,
+) -> None:
+    """A transaction whose ``COMMIT`` and then ``ROLLBACK`` fail still answers its
+    callers with the error (none waits forever), and none of its rows is kept."""
+    async with opened(SqliteStoreConfig(path=str(tmp_path / "broken.db"))) as store:
+        epoch = await _started(store)
+        assert isinstance(store, SqliteFlowStore)
+        real = store._conn
+        assert real is not None
+        store._conn = _RefusingEnds(real)  # type: ignore[assignment]
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="broke"):
+                await asyncio.wait_for(
+                    store.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"k": b"v"})),
+                    timeout=30,
+                )
+        finally:
+            store._conn = real
+        real.execute("ROLLBACK")
+        await store.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"after": b"y"}))
+        _, loaded = await store.activate("a")
+        assert loaded is not None and set(loaded.attributes) == {"after"}
 
 
 async def test_a_group_waiting_for_another_writers_flock_is_written_by_the_loop_once_free(

@@ -102,28 +102,6 @@ CREATE TABLE IF NOT EXISTS streams (
     PRIMARY KEY (flow_id, stream, offset));
 """
 
-_UPSERT_RUN = (
-    "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (flow_id) DO UPDATE SET "
-    + ", ".join(
-        f"{column}=excluded.{column}"
-        for column in (
-            "run_id",
-            "flow_type",
-            "flow_hash",
-            "status",
-            "started_at",
-            "closed_at",
-            "error_type",
-            "error_message",
-            "active_step_types",
-            "search_attributes",
-            "extra",
-        )
-    )
-)
-"""A run's row, written in place when it is there (``OR REPLACE`` would delete it
-and insert it again, index entries and all)."""
-
 _PER_RUN_TABLES = (
     "attributes",
     "messages",
@@ -883,6 +861,13 @@ RUN_COLUMNS = (
     "extra",
 )
 """The ``runs`` table's columns, in order (both stores)."""
+
+_UPSERT_RUN = (
+    f"INSERT INTO runs VALUES ({','.join('?' * len(RUN_COLUMNS))}) ON CONFLICT (flow_id) "
+    f"DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in RUN_COLUMNS[1:])}"
+)
+"""A run's row, written in place when it is there (``OR REPLACE`` would delete it
+and insert it again, index entries and all)."""
 
 
 def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:

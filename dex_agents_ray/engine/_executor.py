@@ -14,15 +14,16 @@ costs two actor calls. Protocol of one call (``StepExecutor.run``):
    batches, and every frame is delivered before the result is returned.
 
 An attempt whose start the host recorded at dispatch (one that is not its
-Step's last, so a repeat is allowed) starts early: its handler runs as soon as
-its acknowledgement is sent, not after the host's answer (a round trip off
-every tool call's path), and a refusal cancels it. The host counts any reply
-of such an attempt as acknowledged; an executor that dies between sending the
-acknowledgement and the host receiving it may have begun user code the host
-counts as not started (the attempt is not the last: it runs again either
-way). A single-attempt Step, and the last
-attempt of any, waits for the answer as above, so a superseded write never
-reaches user code.
+Step's last, so a repeat is allowed) starts early: its handler runs at once,
+not after the host's answer (a round trip off every tool call's path), and a
+refusal cancels it. Its acknowledgement waits ``early_ack_delay`` to be sent
+and is never sent when the attempt ends first: the host counts any reply of
+such an attempt as acknowledged, so a short call costs one message each way.
+An executor that dies before the host receives the acknowledgement may have
+begun user code the host counts as not started (the attempt is not the last:
+it runs again either way); a refused attempt's user code runs until the
+refusal comes back. A single-attempt Step, and the last attempt of any, waits
+for the answer as above, so a superseded write never reaches user code.
 
 An executor that dies fails its in-flight calls: the host sees the actor
 error and counts the attempt as failed (``NOT_STARTED`` when no start was
@@ -106,17 +107,26 @@ class _HostLink:
     handle: Any
     acks: list[tuple[AttemptKey, asyncio.Future[bool]]] = field(default_factory=list)
     acking: bool = False
+    early: dict[AttemptKey, asyncio.Future[bool]] = field(default_factory=dict)
+    """Early starts' acknowledgements waiting for the delay."""
+    early_timer: asyncio.TimerHandle | None = None
     frames: list[FrameRecord] = field(default_factory=list)
     frame_timer: asyncio.TimerHandle | None = None
     frame_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def idle(self) -> bool:
-        return not (self.acks or self.acking or self.frames or self.frame_lock.locked())
+        return not (
+            self.acks or self.acking or self.early or self.frames or self.frame_lock.locked()
+        )
 
 
 FRAME_DELAY = 0.05
 """Seconds a heartbeat or Stream write may wait to be batched (heartbeat
 timeouts are minutes; a UI sees a tool's events this much later at most)."""
+EARLY_ACK_DELAY = 0.025
+"""Seconds an early start's acknowledgement waits to be sent by default
+(``ExecutorPoolOptions.early_ack_delay``); one whose attempt ends sooner is not
+sent (the reply stands for it)."""
 _MAX_IDLE_LINKS = 4096
 
 
@@ -130,8 +140,10 @@ class StepExecutor:
         concurrency: int,
         orphan_check_seconds: float,
         clock_offset: float = 0.0,
+        early_ack_seconds: float = EARLY_ACK_DELAY,
     ) -> None:
         clock.set_offset(clock_offset)
+        self._early_ack = early_ack_seconds
         self._namespace = namespace
         """Where the hosts' names live (the actors' namespace, not the job's)."""
         self._shape = shape
@@ -148,6 +160,7 @@ class StepExecutor:
         self._waiting = 0
         self._running = 0
         self._completed = 0
+        self._acks_sent = 0
         self._calls: dict[AttemptKey, _Call] = {}
         self._links: dict[str, _HostLink] = {}
         self._definitions: dict[str, tuple[Any, FlowMapper]] = {}
@@ -315,6 +328,8 @@ class StepExecutor:
         finally:
             if self._calls.get(key) is call:
                 del self._calls[key]
+            if early_start:
+                _settle_unsent(link, key)
         return encode_result(result)
 
     async def _definition(self, key: str, blob_box: list[Any]) -> tuple[Any, FlowMapper]:
@@ -360,20 +375,39 @@ class StepExecutor:
         """Queue the start acknowledgement of ``key``; the future is the host's answer.
 
         It goes out in the next batch, which is sent before any user code runs
-        (its sender is scheduled first); an early start does not wait for the
-        batch in flight to be answered, so its acknowledgement leaves at once.
+        (its sender is scheduled first). An early start's waits the pool's
+        ``early_ack_delay`` instead (its user code runs meanwhile), and then does
+        not wait for a batch in flight to be answered.
         """
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if early_start:
+            link.early[key] = future
+            if link.early_timer is None:
+                link.early_timer = loop.call_later(self._early_ack, self._send_early_acks, link)
+            return future
         link.acks.append((key, future))
-        if not link.acking or (early_start and len(link.acks) == 1):
+        if not link.acking:
             link.acking = True
             self._spawn(self._send_acks(link))
         return future
+
+    def _send_early_acks(self, link: _HostLink) -> None:
+        """The early starts still running after the delay acknowledge now,
+        without waiting for a batch in flight to be answered."""
+        link.early_timer = None
+        if not link.early:
+            return
+        link.acks.extend(link.early.items())
+        link.early.clear()
+        link.acking = True
+        self._spawn(self._send_acks(link))
 
     async def _send_acks(self, link: _HostLink) -> None:
         try:
             while link.acks:
                 batch, link.acks = link.acks, []
+                self._acks_sent += len(batch)
                 try:
                     answers = await link.handle.ack_remote_starts.remote([k for k, _ in batch])
                 except Exception as error:
@@ -464,13 +498,15 @@ class StepExecutor:
         return str(ray.get_runtime_context().get_node_id())
 
     def stats(self) -> dict[str, Any]:
-        """Slots, running and waiting calls, calls completed since start."""
+        """Slots, running and waiting calls, calls completed and start
+        acknowledgements sent since start."""
         return {
             "shape": self._shape,
             "concurrency": self._concurrency,
             "running": self._running,
             "waiting": self._waiting,
             "completed": self._completed,
+            "acks_sent": self._acks_sent,
         }
 
     async def shutdown(self) -> None:
@@ -478,6 +514,17 @@ class StepExecutor:
         with contextlib.suppress(asyncio.CancelledError):
             await self._watcher
         run_exit_hooks()
+
+
+def _settle_unsent(link: _HostLink, key: AttemptKey) -> None:
+    """An early start ended before its acknowledgement was sent: it never is (the
+    reply, which the host counts as acknowledged, stands for it)."""
+    future = link.early.pop(key, None)
+    if future is not None and not future.done():
+        future.set_result(True)
+    if not link.early and link.early_timer is not None:
+        link.early_timer.cancel()
+        link.early_timer = None
 
 
 def _attempt_key(call: tuple[Any, ...]) -> AttemptKey:

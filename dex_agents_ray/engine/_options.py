@@ -260,6 +260,11 @@ class ExecutorPoolOptions:
     orphan_check: timedelta = timedelta(seconds=2)
     """How often an executor asks the hosts of its running calls whether each
     attempt is still theirs; a call whose host died or moved on is cancelled."""
+    early_ack_delay: timedelta = timedelta(milliseconds=25)
+    """How long an attempt that starts early (one that is not its Step's last)
+    runs before its executor acknowledges the start to the host; one that ends
+    sooner sends no acknowledgement (its reply stands for it). Its timeouts
+    start at the acknowledgement, so they start at most this much late."""
 
     def __post_init__(self) -> None:
         if self.max_executors < 1:
@@ -274,4 +279,9 @@ class ExecutorPoolOptions:
         if self.orphan_check <= timedelta(0):
             raise ValueError(
                 f"ExecutorPoolOptions.orphan_check must be positive, got {self.orphan_check}"
+            )
+        if self.early_ack_delay < timedelta(0):
+            raise ValueError(
+                "ExecutorPoolOptions.early_ack_delay must not be negative, "
+                f"got {self.early_ack_delay}"
             )

@@ -226,6 +226,7 @@ class ExecutorPool:
                 shape.concurrency,
                 self._options.orphan_check.total_seconds(),
                 clock.offset(),
+                self._options.early_ack_delay.total_seconds(),
             )
         )
         shape.handles.append(handle)

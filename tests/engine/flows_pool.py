@@ -41,6 +41,9 @@ class Fan:
     resources: dict[str, float] = field(default_factory=dict)
     in_thread: bool = False
     """Gated calls wait in a thread (``asyncio.to_thread``), as a sync tool runs."""
+    attempts: int = 1
+    """Each call's attempts: more than one, and every attempt but the last starts
+    early (its start is recorded at dispatch)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class FanOut(Step[Fan]):
     async def execute(self, context: AsyncContext, input: Fan) -> dex.StepDecision:  # type: ignore[override]
         options = RemoteStepOptions(
             execute_method_timeout=timedelta(seconds=input.timeout_seconds),
-            execute_retry=RetryPolicy(maximum_attempts=1),
+            execute_retry=RetryPolicy(maximum_attempts=input.attempts),
             ray=RayTaskOptions(
                 num_cpus=0.1,
                 max_concurrency=input.concurrency,

@@ -202,6 +202,57 @@ async def test_a_step_timeout_cancels_the_call_on_its_executor(
     await eventually(lambda: _stats(namespace), lambda s: s and s[0]["running"] == 0)
 
 
+async def test_an_early_start_that_ends_before_the_ack_delay_sends_no_acknowledgement(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    # Attempt 1 of 2 starts early; a no-op call ends long before a minute.
+    pool = ExecutorPoolOptions(early_ack_delay=timedelta(minutes=1))
+    engine = await engine_factory([flow], executor_pool=pool)
+    await engine.client.start_flow(flow, "fan-quick", Fan(str(state_dir), 3, attempts=2))
+
+    result = await engine.client.wait_for_flow("fan-quick", timeout=60)
+
+    assert [o.split(":")[0] for o in result.completions[0].decode(list[str])] == ["0", "1", "2"]
+    stats = await _stats(namespace)
+    assert [(s["completed"], s["acks_sent"]) for s in stats] == [(3, 0)]
+    history = await engine.client.read_step_history("fan-quick")
+    started = [h for h in history if h.event == "attempt_started"]
+    assert sorted(h.step_execution_id for h in started if h.step_type == "RemoteCall") == [
+        "RemoteCall-1",
+        "RemoteCall-2",
+        "RemoteCall-3",
+    ]
+    assert not [h for h in history if h.event == "attempt_failed"]
+
+
+async def test_an_early_start_still_running_after_the_delay_acknowledges_and_times_out(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    flow = FanFlow()
+    pool = ExecutorPoolOptions(early_ack_delay=timedelta(milliseconds=50))
+    engine = await engine_factory([flow], executor_pool=pool)
+    fan = Fan(str(state_dir), 1, attempts=2, gate="never", timeout_seconds=1)
+    await engine.client.start_flow(flow, "fan-held", fan)
+    await FileGate(state_dir, "never-0").wait_until_reached(timeout=120)
+
+    # Held at its gate past the delay: the start is acknowledged while user code
+    # runs, and the Step timeout (which counts from it) ends both attempts.
+    await eventually(lambda: _stats(namespace), lambda s: bool(s) and s[0]["acks_sent"] >= 1)
+    result = await engine.client.wait_for_flow("fan-held", timeout=60)
+
+    assert result.completions[0].decode(list[str]) == ["0:failed:StepTimeoutError"]
+    assert InvocationLog(state_dir / "calls.log").entries() == ["0/1", "0/2"]
+    stats = await _stats(namespace)
+    assert stats[0]["acks_sent"] == 2
+    history = await engine.client.read_step_history("fan-held")
+    failed = [h.detail for h in history if h.event == "attempt_failed"]
+    assert [(f["error_type"], f["started"]) for f in failed] == [
+        ("StepTimeoutError", True),
+        ("StepTimeoutError", True),
+    ]
+
+
 async def test_a_call_whose_host_died_is_cancelled_on_its_executor(
     engine_factory: Any, state_dir: Path, namespace: str
 ) -> None:
@@ -289,6 +340,7 @@ def test_executor_options_are_checked_and_shapes_share_a_reservation() -> None:
         (lambda: ExecutorPoolOptions(min_executors=0), "min_executors"),
         (lambda: ExecutorPoolOptions(min_executors=9), "min_executors"),
         (lambda: ExecutorPoolOptions(orphan_check=timedelta(0)), "orphan_check"),
+        (lambda: ExecutorPoolOptions(early_ack_delay=timedelta(seconds=-1)), "early_ack_delay"),
     ):
         try:
             bad()

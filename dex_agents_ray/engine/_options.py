@@ -276,6 +276,12 @@ class ExecutorPoolOptions:
                 "ExecutorPoolOptions.min_executors must be between 1 and max_executors "
                 f"({self.max_executors}), got {self.min_executors}"
             )
+        for name in ("orphan_check", "early_ack_delay"):
+            value = getattr(self, name)
+            if not isinstance(value, timedelta):
+                raise TypeError(
+                    f"ExecutorPoolOptions.{name} must be a timedelta, got {type(value).__name__}"
+                )
         if self.orphan_check <= timedelta(0):
             raise ValueError(
                 f"ExecutorPoolOptions.orphan_check must be positive, got {self.orphan_check}"

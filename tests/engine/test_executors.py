@@ -341,10 +341,12 @@ def test_executor_options_are_checked_and_shapes_share_a_reservation() -> None:
         (lambda: ExecutorPoolOptions(min_executors=9), "min_executors"),
         (lambda: ExecutorPoolOptions(orphan_check=timedelta(0)), "orphan_check"),
         (lambda: ExecutorPoolOptions(early_ack_delay=timedelta(seconds=-1)), "early_ack_delay"),
+        (lambda: ExecutorPoolOptions(early_ack_delay=0.1), "early_ack_delay"),  # type: ignore[arg-type]
+        (lambda: ExecutorPoolOptions(orphan_check=2), "orphan_check"),  # type: ignore[arg-type]
     ):
         try:
             bad()
-        except ValueError as error:
+        except (TypeError, ValueError) as error:
             assert field in str(error)
         else:
             raise AssertionError(f"{field} was accepted")

@@ -49,7 +49,7 @@ from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
 from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
-from dex_agents_ray.engine._options import StepAttemptProgress
+from dex_agents_ray.engine._options import ExecutorPoolOptions, StepAttemptProgress
 from dex_agents_ray.engine._remote import (
     ABANDONED,
     RemoteRequest,
@@ -123,11 +123,8 @@ class _HostLink:
 FRAME_DELAY = 0.05
 """Seconds a heartbeat or Stream write may wait to be batched (heartbeat
 timeouts are minutes; a UI sees a tool's events this much later at most)."""
-EARLY_ACK_DELAY = 0.025
-"""Seconds an early start's acknowledgement waits to be sent by default
-(``ExecutorPoolOptions.early_ack_delay``); one whose attempt ends sooner is not
-sent (the reply stands for it)."""
 _MAX_IDLE_LINKS = 4096
+_DEFAULT_EARLY_ACK = ExecutorPoolOptions().early_ack_delay.total_seconds()
 
 
 class StepExecutor:
@@ -140,7 +137,7 @@ class StepExecutor:
         concurrency: int,
         orphan_check_seconds: float,
         clock_offset: float = 0.0,
-        early_ack_seconds: float = EARLY_ACK_DELAY,
+        early_ack_seconds: float = _DEFAULT_EARLY_ACK,
     ) -> None:
         clock.set_offset(clock_offset)
         self._early_ack = early_ack_seconds

@@ -83,13 +83,18 @@ async def test_a_killed_owner_falls_back_to_the_durable_store(
 
     # The object this process still references died with its owner (reads right
     # after the kill may still see it): reads go to the durable store, which
-    # caches the bytes again under a new owner actor.
-    async def read_from_durable_store() -> bool:
+    # caches the bytes again under a new owner actor. Starting that actor's worker
+    # can outlast read_timeout on a loaded machine: that put counts as a failure,
+    # and the next read goes to the durable store and tries again.
+    async def cached_again() -> bool:
         assert await store.get_image(reference) == data
-        return store.stats().durable_reads == 1
+        return store.stats().cache_puts == 2
 
-    await _eventually(read_from_durable_store, "a read from the durable store")
-    assert store.stats().cache_put_failures == 0
+    await _eventually(cached_again, "a read from the durable store cached again", seconds=180)
+    stats = store.stats()
+    assert stats.durable_reads >= 1
+    # Every durable read was followed by exactly one put: a failed one or the last.
+    assert stats.durable_reads == stats.cache_put_failures + 1
     assert ray.get_actor(media_cache_actor, namespace=ray_namespace) is not None
 
     os.unlink(local_root / "sha256" / reference.sha256)

@@ -44,7 +44,7 @@ from dex_agents_ray.engine._records import (
     StreamRecord,
     compact_json,
 )
-from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES, _run_from_row, _runs_query
+from dex_agents_ray.engine._run_rows import PER_RUN_TABLES, run_from_row, runs_query
 from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
 from dex_agents_ray.engine._store_retry import retrying
 
@@ -416,7 +416,7 @@ class PostgresFlowStore:
             loaded = None
             if run_row is not None:
                 loaded = LoadedRun(
-                    run=_run_from_row(run_row, epoch),
+                    run=run_from_row(run_row, epoch),
                     attributes={k: bytes(v) for k, v in await attributes.fetchall()},
                     messages=[
                         ChannelMessageRecord(channel=c, seq=s, message_id=m, value=bytes(v))
@@ -451,7 +451,7 @@ class PostgresFlowStore:
             async with pool.connection() as conn, conn.pipeline(), conn.transaction():
                 await conn.execute("SELECT dex_fence(%s, %s)", (commit.flow_id, commit.epoch))
                 if replace_run:
-                    for table in _PER_RUN_TABLES:
+                    for table in PER_RUN_TABLES:
                         await conn.execute(
                             f"DELETE FROM {table} WHERE flow_id = %s", (commit.flow_id,)
                         )
@@ -473,7 +473,7 @@ class PostgresFlowStore:
             "WHERE e.flow_id = runs.flow_id), 0) FROM runs WHERE flow_id = %s",
             (flow_id,),
         )
-        return None if row is None else _run_from_row(row[:-1], int(row[-1]))
+        return None if row is None else run_from_row(row[:-1], int(row[-1]))
 
     async def list_runs(
         self,
@@ -482,9 +482,9 @@ class PostgresFlowStore:
         active_step_type: str | None = None,
         limit: int | None = None,
     ) -> list[RunRecord]:
-        sql, params = _runs_query(flow_type, active_step_type, limit, "%s")
+        sql, params = runs_query(flow_type, active_step_type, limit, "%s")
         rows = await self._run(_fetch_all, sql, params)
-        return [_run_from_row(row, 0) for row in rows]
+        return [run_from_row(row, 0) for row in rows]
 
     async def completions(self, flow_id: str) -> list[CompletionRecord]:
         return _completions_from(await self._run(_fetch_all, _COMPLETIONS, (flow_id,)))

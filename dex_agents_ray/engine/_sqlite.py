@@ -31,6 +31,17 @@ from dex_agents_ray.engine._records import (
     StreamRecord,
     compact_json,
 )
+from dex_agents_ray.engine._run_rows import PER_RUN_TABLES, run_from_row, runs_query
+from dex_agents_ray.engine._sqlite_files import (
+    SCHEMA,
+    UPSERT_RUN,
+    begin_at_once,
+    create_owner_only,
+    index_active_steps,
+    take_flock,
+    transient,
+    try_flock,
+)
 from dex_agents_ray.engine._sqlite_streams import StreamRows, list_rows, read_rows
 from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
 from dex_agents_ray.engine._store_retry import retrying
@@ -43,74 +54,6 @@ except ImportError:  # pragma: no cover - not on Windows
 T = TypeVar("T")
 
 _BUSY_WAIT_SECONDS = 5.0
-_TRANSIENT_CODES = frozenset({5, 6, 10, 13})
-"""SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL (primary result codes)."""
-
-
-def _transient(error: BaseException) -> bool:
-    """A locked database, an I/O error or a full disk: a later try may succeed."""
-    if not isinstance(error, sqlite3.OperationalError):
-        return False
-    code = getattr(error, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in _TRANSIENT_CODES
-    text = str(error).lower()
-    return "locked" in text or "busy" in text or "disk" in text
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS flow_definitions (
-    flow_type TEXT NOT NULL, flow_hash TEXT NOT NULL, blob BLOB NOT NULL,
-    created_at REAL NOT NULL, PRIMARY KEY (flow_type, flow_hash));
-CREATE TABLE IF NOT EXISTS epochs (flow_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    flow_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, flow_type TEXT NOT NULL,
-    flow_hash TEXT NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL,
-    closed_at REAL, error_type TEXT NOT NULL, error_message TEXT NOT NULL,
-    active_step_types TEXT NOT NULL, search_attributes TEXT NOT NULL, extra TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS attributes (
-    flow_id TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,
-    PRIMARY KEY (flow_id, key));
-CREATE TABLE IF NOT EXISTS messages (
-    flow_id TEXT NOT NULL, channel TEXT NOT NULL, seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (flow_id, seq));
-CREATE INDEX IF NOT EXISTS messages_by_id ON messages (flow_id, channel, message_id);
-CREATE TABLE IF NOT EXISTS executions (
-    flow_id TEXT NOT NULL, exec_id TEXT NOT NULL, status TEXT NOT NULL,
-    wake_at REAL, doc TEXT NOT NULL, PRIMARY KEY (flow_id, exec_id));
-CREATE INDEX IF NOT EXISTS executions_active ON executions (status, wake_at);
-CREATE TABLE IF NOT EXISTS completions (
-    flow_id TEXT NOT NULL, seq INTEGER NOT NULL, step_type TEXT NOT NULL,
-    exec_id TEXT NOT NULL, output BLOB NOT NULL, PRIMARY KEY (flow_id, seq));
-CREATE TABLE IF NOT EXISTS history (
-    flow_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, exec_id TEXT NOT NULL,
-    event TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (flow_id, seq));
-CREATE TABLE IF NOT EXISTS rpc_requests (
-    flow_id TEXT NOT NULL, request_id TEXT NOT NULL, response BLOB NOT NULL,
-    PRIMARY KEY (flow_id, request_id));
-CREATE TABLE IF NOT EXISTS active_steps (
-    step_type TEXT NOT NULL, started_at REAL NOT NULL, flow_id TEXT NOT NULL,
-    PRIMARY KEY (step_type, started_at, flow_id));
-CREATE INDEX IF NOT EXISTS active_steps_by_run ON active_steps (flow_id);
-CREATE INDEX IF NOT EXISTS runs_by_type ON runs (flow_type, started_at, flow_id);
-CREATE TABLE IF NOT EXISTS passivated (flow_id TEXT PRIMARY KEY, wake_at REAL);
-CREATE INDEX IF NOT EXISTS passivated_wake ON passivated (wake_at);
-CREATE TABLE IF NOT EXISTS streams (
-    flow_id TEXT NOT NULL, stream TEXT NOT NULL, offset INTEGER NOT NULL,
-    created_at REAL NOT NULL, source TEXT NOT NULL, value BLOB NOT NULL,
-    PRIMARY KEY (flow_id, stream, offset));
-"""
-
-_PER_RUN_TABLES = (
-    "attributes",
-    "messages",
-    "executions",
-    "completions",
-    "rpc_requests",
-    "history",
-)
-
 
 _LOOP_LOCK_RETRY = 0.0005
 """How often a group transaction waiting on the event loop tries the writers' flock."""
@@ -193,7 +136,7 @@ class SqliteFlowStore:
         await self._once(self._open_sync)
 
     def _open_sync(self) -> None:
-        _create_owner_only(Path(self._config.path))
+        create_owner_only(Path(self._config.path))
         if fcntl is not None:
             self._writer_lock = os.open(
                 f"{self._config.path}-writer.lock", os.O_RDWR | os.O_CREAT, 0o600
@@ -206,7 +149,7 @@ class SqliteFlowStore:
         conn.execute("PRAGMA journal_mode=WAL")
         sync = "FULL" if self._config.durability == "full" else "NORMAL"
         conn.execute(f"PRAGMA synchronous={sync}")
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         conn.execute("BEGIN IMMEDIATE")
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
@@ -219,7 +162,7 @@ class SqliteFlowStore:
                 f"store {self._config.path} has schema version {row[0]}; this release "
                 f"reads versions up to {SCHEMA_VERSION}"
             )
-        _index_active_steps(conn)
+        index_active_steps(conn)
         conn.execute("COMMIT")
         self._conn = conn
 
@@ -246,7 +189,7 @@ class SqliteFlowStore:
         retry deadline then decide, as they do for writers of other programs."""
         db = self._db()
         lock = self._writer_lock
-        if lock is None or not _take_flock(lock, self._busy_wait):
+        if lock is None or not take_flock(lock, self._busy_wait):
             yield db  # SQLite's own lock (and its busy timeout) decides
             return
         try:
@@ -273,7 +216,7 @@ class SqliteFlowStore:
 
     async def _retry(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         def counted(error: BaseException) -> bool:
-            if not _transient(error):
+            if not transient(error):
                 return False
             self.transient_faults += 1
             return True
@@ -419,7 +362,7 @@ class SqliteFlowStore:
             return
         try:
             lock = self._writer_lock
-            if lock is not None and not _try_flock(lock):
+            if lock is not None and not try_flock(lock):
                 if tries < _LOOP_LOCK_TRIES:
                     loop = asyncio.get_running_loop()
                     loop.call_later(_LOOP_LOCK_RETRY, self._flush_here, tries + 1)
@@ -429,7 +372,7 @@ class SqliteFlowStore:
             try:
                 db = self._db()
                 try:
-                    began = _begin_at_once(db, self._busy_wait)
+                    began = begin_at_once(db, self._busy_wait)
                 except sqlite3.Error:
                     if db.in_transaction:
                         with contextlib.suppress(sqlite3.Error):
@@ -540,14 +483,14 @@ class SqliteFlowStore:
         if current != commit.epoch:
             raise StaleEpochError(commit.flow_id, commit.epoch, current)
         if replace_run:
-            for table in _PER_RUN_TABLES:
+            for table in PER_RUN_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE flow_id=?", (commit.flow_id,))
         return self._apply(db, commit)
 
     def _apply(self, db: sqlite3.Connection, c: Commit) -> list[int]:
         fid = c.flow_id
         if c.run is not None:
-            db.execute(_UPSERT_RUN, c.run.row())
+            db.execute(UPSERT_RUN, c.run.row())
         if c.run is not None and c.active_steps_changed:
             db.execute("DELETE FROM active_steps WHERE flow_id=?", (fid,))
             db.executemany(
@@ -649,7 +592,7 @@ class SqliteFlowStore:
         if row is None:
             return None
         epoch_row = db.execute("SELECT epoch FROM epochs WHERE flow_id=?", (flow_id,)).fetchone()
-        return _run_from_row(row, 0 if epoch_row is None else int(epoch_row[0]))
+        return run_from_row(row, 0 if epoch_row is None else int(epoch_row[0]))
 
     async def list_runs(
         self,
@@ -658,10 +601,10 @@ class SqliteFlowStore:
         active_step_type: str | None = None,
         limit: int | None = None,
     ) -> list[RunRecord]:
-        sql, params = _runs_query(flow_type, active_step_type, limit, "?")
+        sql, params = runs_query(flow_type, active_step_type, limit, "?")
 
         def list_some() -> list[RunRecord]:
-            return [_run_from_row(row, 0) for row in self._db().execute(sql, params)]
+            return [run_from_row(row, 0) for row in self._db().execute(sql, params)]
 
         return await self._run(list_some)
 
@@ -810,152 +753,3 @@ class SqliteFlowStore:
         self, flow_id: str, stream: str, before_offset: int | None, limit: int
     ) -> list[StreamRecord]:
         return await self._run(lambda: list_rows(self._db(), flow_id, stream, before_offset, limit))
-
-
-def _runs_query(
-    flow_type: str | None, active_step_type: str | None, limit: int | None, mark: str
-) -> tuple[str, tuple[Any, ...]]:
-    """The runs that ``list_runs`` filters, oldest first, as SQL for either store
-    (``mark`` is the parameter placeholder); an index serves each filter."""
-    columns = ", ".join(f"r.{c}" for c in RUN_COLUMNS)
-    sql = f"SELECT {columns} FROM runs r"
-    params: list[Any] = []
-    if active_step_type is not None:
-        sql += f" JOIN active_steps a ON a.flow_id = r.flow_id AND a.step_type = {mark}"
-        params.append(active_step_type)
-    if flow_type is not None:
-        sql += f" WHERE r.flow_type = {mark}"
-        params.append(flow_type)
-    order = "a.started_at, a.flow_id" if active_step_type is not None else "r.started_at, r.flow_id"
-    sql += f" ORDER BY {order}"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    return sql, tuple(params)
-
-
-def _index_active_steps(conn: sqlite3.Connection) -> None:
-    """Fill ``active_steps`` for runs a store written before it existed had."""
-    if conn.execute("SELECT 1 FROM active_steps LIMIT 1").fetchone() is not None:
-        return
-    rows = conn.execute(
-        "SELECT flow_id, started_at, active_step_types FROM runs WHERE active_step_types != '[]'"
-    ).fetchall()
-    conn.executemany(
-        "INSERT OR IGNORE INTO active_steps VALUES (?,?,?)",
-        [(t, started, fid) for fid, started, types in rows for t in json.loads(types)],
-    )
-
-
-RUN_COLUMNS = (
-    "flow_id",
-    "run_id",
-    "flow_type",
-    "flow_hash",
-    "status",
-    "started_at",
-    "closed_at",
-    "error_type",
-    "error_message",
-    "active_step_types",
-    "search_attributes",
-    "extra",
-)
-"""The ``runs`` table's columns, in order (both stores)."""
-
-_UPSERT_RUN = (
-    f"INSERT INTO runs VALUES ({','.join('?' * len(RUN_COLUMNS))}) ON CONFLICT (flow_id) "
-    f"DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in RUN_COLUMNS[1:])}"
-)
-"""A run's row, written in place when it is there (``OR REPLACE`` would delete it
-and insert it again, index entries and all)."""
-
-
-def _run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:
-    (
-        flow_id,
-        run_id,
-        flow_type,
-        flow_hash,
-        status,
-        started_at,
-        closed_at,
-        error_type,
-        error_message,
-        active,
-        search,
-        extra,
-    ) = row
-    extra_d = json.loads(extra)
-    return RunRecord(
-        flow_id=flow_id,
-        run_id=run_id,
-        flow_type=flow_type,
-        flow_hash=flow_hash,
-        status=RunStatus(status),
-        epoch=epoch,
-        started_at=started_at,
-        closed_at=closed_at,
-        error_type=error_type,
-        error_message=error_message,
-        counters=dict(extra_d["counters"]),
-        next_message_seq=int(extra_d["next_message_seq"]),
-        graceful_completed=bool(extra_d["graceful_completed"]),
-        start_request_id=str(extra_d["start_request_id"]),
-        active_step_types=list(json.loads(active)),
-        search_attributes=dict(json.loads(search)),
-    )
-
-
-def _begin_at_once(db: sqlite3.Connection, busy_wait: float) -> bool:
-    """``BEGIN IMMEDIATE`` without SQLite's busy wait: False if another connection
-    holds the write lock."""
-    db.execute("PRAGMA busy_timeout=0")
-    try:
-        db.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        db.execute(f"PRAGMA busy_timeout={int(busy_wait * 1000)}")
-    return True
-
-
-def _try_flock(fd: int) -> bool:
-    """Take the exclusive ``flock`` on ``fd`` if it is free now."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _take_flock(fd: int, wait: float) -> bool:
-    """Take the exclusive ``flock`` on ``fd`` within ``wait`` seconds: tries every
-    50 us at first, then every millisecond (a holder keeps it for a transaction,
-    a few milliseconds). False when the time is up."""
-    if _try_flock(fd):
-        return True
-    deadline = time.monotonic() + wait
-    delay = 0.00005
-    while True:
-        time.sleep(delay)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-        delay = min(delay * 2, 0.001)
-
-
-def _create_owner_only(path: Path) -> None:
-    """Create the store file (and a missing directory) readable by its owner only.
-
-    SQLite creates the ``-wal`` and ``-shm`` files with the database file's
-    permissions, so they are owner-only too. An existing file keeps its mode.
-    """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)

@@ -6,7 +6,7 @@ import pytest
 
 from dex_agents_ray.engine import StaleEpochError
 from dex_agents_ray.engine._records import SCHEMA_VERSION, Commit, ExecStatus, RunStatus
-from dex_agents_ray.engine._sqlite import _PER_RUN_TABLES
+from dex_agents_ray.engine._run_rows import PER_RUN_TABLES
 from tests.stores.conftest import Backend
 from tests.stores.records import completion, entry, execution, message, opened, run
 
@@ -167,7 +167,7 @@ async def test_replace_run_drops_the_earlier_runs_state(
         assert [e.exec_id for e in loaded.executions] == ["Start-1"]
         assert await store.rpc_response("a", "req-1") is None
         # Whether history is per run follows the one table list both stores share.
-        replaced = ["Work-1"] if "history" not in _PER_RUN_TABLES else []
+        replaced = ["Work-1"] if "history" not in PER_RUN_TABLES else []
         assert [h.exec_id for h in await store.history("a")] == [*replaced, "Start-1"]
 
 

@@ -34,6 +34,7 @@ EXPORTS: dict[str, list[str]] = {
         "StoreConfig",
         "StoreUnavailableError",
         "SyncEngineClient",
+        "effect_free",
         "on_clean_exit",
     ],
     "dex_agents_ray.session": [

@@ -6,6 +6,8 @@ Start one with :meth:`FlowEngine.start`; operate runs with its
 Mark a Step (or one movement) to run on Ray with :class:`RemoteStepOptions`:
 on pooled executor actors of its resource shape (the default), or as a Ray
 task per attempt (``RayTaskOptions(execution=RemoteExecution.TASK)``).
+Mark a Step class :func:`effect_free` when its handlers change nothing outside
+the run: its completion is then written while the next in-host Steps start.
 """
 
 from dex_agents_ray.engine._client import (
@@ -13,6 +15,7 @@ from dex_agents_ray.engine._client import (
     EngineClient,
     StepHistoryEntry,
 )
+from dex_agents_ray.engine._effect_free import effect_free
 from dex_agents_ray.engine._engine import FlowEngine
 from dex_agents_ray.engine._errors import (
     EngineError,
@@ -64,5 +67,6 @@ __all__ = [
     "StoreConfig",
     "StoreUnavailableError",
     "SyncEngineClient",
+    "effect_free",
     "on_clean_exit",
 ]

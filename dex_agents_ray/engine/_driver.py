@@ -2,9 +2,13 @@
 
 Every change to the run goes through ``commit`` under the run's commit lock:
 the store applies it in one transaction fenced by the ownership epoch, and
-only then does memory change. Each active Step execution has one asyncio task
-that moves it through ``wait_for`` → waiting → ``execute`` attempts; running
-one attempt is ``_attempts.AttemptRunner``'s part.
+only then does memory change. One kind of commit is written in the background
+instead: an effect-free Step's completion that moves only to in-host Steps
+(see ``_effect_free``). Memory changes at once, the next Steps start, and the
+run's next commit, and every attempt that must start exactly, waits for the
+write first. Each active Step execution has one asyncio task that moves it
+through ``wait_for`` → waiting → ``execute`` attempts; running one attempt is
+``_attempts.AttemptRunner``'s part.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dex_agents_ray.engine._attempts import (
     stage_start,
 )
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine._effect_free import is_effect_free
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._invoke import StepResult
 from dex_agents_ray.engine._metrics import record_step
@@ -101,6 +106,8 @@ class RunDriver(AttemptRunner):
         self._premarked: set[str] = set()
         """Executions whose attempt-1 start this incarnation recorded before running it."""
         self._finished: list[_Finished] = []
+        self._deferred: asyncio.Task[None] | None = None
+        """The background write of the last deferred commit (see ``commit``)."""
         """Successful attempts waiting for their commit (see ``_commit_finished``)."""
         self.waiters = 0
         """Client calls in progress (starts, RPCs, stops, ``wait_closed`` long polls)."""
@@ -126,6 +133,8 @@ class RunDriver(AttemptRunner):
         for live in list(self._live.values()):
             live.kill()
         tasks = [*self._tasks.values(), *self._background]
+        if self._deferred is not None and not self._deferred.done():
+            tasks.append(self._deferred)
         if self._evaluating is not None:
             tasks.append(self._evaluating)
         for task in tasks:
@@ -168,6 +177,7 @@ class RunDriver(AttemptRunner):
             or self.waiters
             or self.locks.busy
             or any(not task.done() for task in self._background)
+            or self.writing
             or (self._evaluating is not None and not self._evaluating.done())
         )
         if busy:
@@ -191,7 +201,7 @@ class RunDriver(AttemptRunner):
     def busy(self) -> bool:
         """Whether the run is about to do more on its own: an attempt in flight, or
         an active Step that does more than wait."""
-        if self._live:
+        if self._live or self.writing:
             return True
         return self.state.is_running and any(
             record.status is not ExecStatus.WAITING for record in self.state.execs.values()
@@ -221,13 +231,37 @@ class RunDriver(AttemptRunner):
     def tx(self) -> Tx:
         return Tx(self.state, self.epoch, clock.now())
 
-    async def commit(self, tx: Tx | Commit, *, replace_run: bool = False) -> Commit:
+    @property
+    def writing(self) -> bool:
+        """Whether a deferred commit's write is still in flight."""
+        return self._deferred is not None and not self._deferred.done()
+
+    async def settle_deferred(self) -> None:
+        """Wait until the last deferred commit is durable; raise what its write raised."""
+        task = self._deferred
+        if task is None:
+            return
+        if not task.done():
+            await asyncio.shield(task)
+        else:
+            task.result()
+
+    async def commit(
+        self, tx: Tx | Commit, *, replace_run: bool = False, deferred: bool = False
+    ) -> Commit:
         """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``.
 
         Waits that ``tx``'s own changes satisfy (a published message, a Step
         that starts waiting on messages already there) become ready in ``tx``
         itself, and so do the starts of their first attempts: one commit, not three.
+
+        ``deferred``: apply ``tx`` in memory now and write it in the background
+        (only for the commits ``_deferrable`` accepts). Every commit first waits
+        for the previous deferred one, so the store sees the run's commits in
+        order, and a failed deferred write fails every later commit of this
+        driver (the host reloads the run from the store).
         """
+        await self.settle_deferred()
         if isinstance(tx, Tx) and self._may_satisfy_waits(tx):
             tx.satisfy_waits(tx.now)
         premarked = self._premark(tx) if isinstance(tx, Tx) else []
@@ -240,6 +274,14 @@ class RunDriver(AttemptRunner):
                 keep_finished_executions=self._retention.keep_finished_executions,
                 keep_rpc_requests=self._retention.keep_rpc_requests,
             )
+        if deferred and isinstance(tx, Tx) and not replace_run:
+            self.state.apply(built)
+            self._premarked.update(premarked)
+            task = asyncio.create_task(self._write_deferred(built))
+            task.add_done_callback(_retrieve)
+            self._deferred = task
+            self._after(tx)
+            return built
         try:
             offsets = await self.store.commit(built, replace_run=replace_run)
         except StaleEpochError:
@@ -259,6 +301,27 @@ class RunDriver(AttemptRunner):
             self._after(tx)
         self._notify()
         return built
+
+    async def _write_deferred(self, built: Commit) -> None:
+        try:
+            offsets = await self.store.commit(built)
+        except StaleEpochError:
+            self.stale = True
+            self._on_stale()
+            raise
+        except StoreUnavailableError:
+            # Memory is ahead of the store: the host reloads the run.
+            self.stale = True
+            self._on_store_down()
+            raise
+        except Exception:
+            logger.exception("run %s: a deferred commit failed; its host reloads it", self.flow_id)
+            self.stale = True
+            self._on_store_down()
+            raise
+        if built.stream_appends:
+            self.streams.written(self.flow_id, built.stream_appends, offsets)
+        self._notify()
 
     @staticmethod
     def _may_satisfy_waits(tx: Tx) -> bool:
@@ -354,6 +417,7 @@ class RunDriver(AttemptRunner):
         keys = list(options.wait_for_lock_attribute_keys)
         await self.locks.acquire(keys, record.exec_id)
         try:
+            await self.settle_deferred()
             outcome = await self._attempt(record, attempt, InvocationMethod.WAIT_FOR, options)
             async with self.commit_lock:
                 if not self._is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
@@ -454,6 +518,9 @@ class RunDriver(AttemptRunner):
             current = self.state.execs.get(record.exec_id)
             if current is None:
                 return  # canceled while its start was being recorded
+            if record.remote is not None or not marks_at_dispatch(record, attempt, options):
+                # A dispatch, or a last attempt: its recorded start must be durable.
+                await self.settle_deferred()
             outcome = await self._attempt(
                 current,
                 attempt,
@@ -514,7 +581,7 @@ class RunDriver(AttemptRunner):
                         self._stage_execute(tx, item.exec_id, item.result)
                         staged.append(item)
                 if staged:
-                    await self.commit(tx)
+                    await self.commit(tx, deferred=self._deferrable(tx, staged))
             except BaseException as error:
                 # Every attempt of the batch ends as its own failed commit would have.
                 for item in batch:
@@ -526,6 +593,22 @@ class RunDriver(AttemptRunner):
                 record_step(item.exec_id, "completed")
         finally:
             self.commit_lock.release()
+
+    def _deferrable(self, tx: Tx, staged: list[_Finished]) -> bool:
+        """Whether ``tx`` (the completions of ``staged``) may be written in the
+        background: every Step that completed ran in this host and is effect-free,
+        the run stays open, and every Step it makes ready runs in this host."""
+        if tx.closed or self.definition is None or not tx.new_execs:
+            return False
+        steps = self.definition.flow.steps
+        for item in staged:
+            record = tx.current(item.exec_id)
+            registered = steps.get(record.step_type)
+            if record.remote is not None or registered is None:
+                return False
+            if not is_effect_free(registered.step):
+                return False
+        return all(record.remote is None for record in tx.new_execs)
 
     @staticmethod
     def _still_ready(tx: Tx, exec_id: str) -> bool:
@@ -648,6 +731,13 @@ class RunDriver(AttemptRunner):
         if when is not None:
             delay = max(0.0, when - clock.now()) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a deferred write's error retrieved: ``settle_deferred`` raises it to
+    the run's next commit, and the store's error handlers have logged it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _events(response: Any) -> dict[str, Any]:

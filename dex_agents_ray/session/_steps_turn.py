@@ -24,6 +24,7 @@ from typing import Any, cast
 import dex
 from dex import AsyncContext, Context, RetryPolicy, Step, StepDecision, StepOptions, Wait
 
+from dex_agents_ray.engine import effect_free
 from dex_agents_ray.session._api import AgentEventType, AgentSessionStartInput
 from dex_agents_ray.session._compaction import (
     CompactContextInput,
@@ -179,6 +180,7 @@ class StartAgentSession(_TurnStep):
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
+@effect_free
 class AwaitUserMessage(_TurnStep):
     """Waits for, in this order, a steer, a queued user message, and (while the plan
     is ``draft`` or ``active``) the approval of its current revision; starts a
@@ -385,6 +387,7 @@ class CompactContext(Step[CompactContextInput]):
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
+@effect_free
 class ResumeTurn(Step[int]):
     """Waits for the results of the response's tool calls, then calls the model again."""
 

@@ -39,6 +39,7 @@ from dex_agents_ray.session._schema import (
     PENDING_INTERRUPTS,
     SessionConfig,
 )
+from dex_agents_ray.session._tracing import note_tool_calls_created
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentPlan,
@@ -178,6 +179,8 @@ def defer_tool_calls(
     if deferral.interrupts:
         pending = PENDING_INTERRUPTS.get(context) or []
         PENDING_INTERRUPTS.set(context, [*pending, *deferral.interrupts])
+    approvals = sum(1 for i in deferral.interrupts if i.kind is InterruptKind.APPROVAL)
+    note_tool_calls_created([call.tool_call_id for call in calls], approvals)
     return deferral.movements, queued
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -55,7 +55,13 @@ Execute = Callable[[_S, AsyncContext, _I], Awaitable[StepDecision]]
 class ModelResultNote:
     """Where ``note_model_result`` leaves the runner's result for the ``chat`` span."""
 
-    __slots__ = ("records", "result", "summarized_through")
+    __slots__ = (
+        "approvals_raised",
+        "created_tool_calls",
+        "records",
+        "result",
+        "summarized_through",
+    )
 
     def __init__(self) -> None:
         self.result: object = None
@@ -63,6 +69,10 @@ class ModelResultNote:
         """The tool call records the call saw (only when content is captured)."""
         self.summarized_through = 0
         """The summary's last sequence before the call (only when content is captured)."""
+        self.created_tool_calls: list[str] = []
+        """The IDs of the tool call records the call's result created."""
+        self.approvals_raised = 0
+        """How many of those wait for an approval."""
 
 
 MODEL_RESULT: ContextVar[ModelResultNote | None] = ContextVar(
@@ -75,6 +85,15 @@ def note_model_result(result: object) -> None:
     note = MODEL_RESULT.get()
     if note is not None:
         note.result = result
+
+
+def note_tool_calls_created(tool_call_ids: Sequence[str], approvals: int) -> None:
+    """Tell this attempt's ``chat`` span and metrics which tool call records its
+    result created, and how many of them wait for an approval."""
+    note = MODEL_RESULT.get()
+    if note is not None:
+        note.created_tool_calls.extend(tool_call_ids)
+        note.approvals_raised += approvals
 
 
 _NO_HOOKS: Any = object()

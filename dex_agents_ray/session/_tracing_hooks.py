@@ -331,10 +331,10 @@ class StepHooks:
         live = self._live()
         state = AGENT_STATE.get(context)
         parent = AGENT_TRACE_CONTEXT.get(context) if live else None
-        keys_before = set(AGENT_TOOL_CALLS.get_all_instance_keys(context))
         note = ModelResultNote()
         if self.capture and live:
-            note.records = [AGENT_TOOL_CALLS.get(context, key) for key in keys_before]
+            keys = AGENT_TOOL_CALLS.get_all_instance_keys(context)
+            note.records = [AGENT_TOOL_CALLS.get(context, key) for key in keys]
             summary = CONTEXT_SUMMARY.get(context)
             note.summarized_through = summary.last_sequence if summary is not None else 0
         reset = MODEL_RESULT.set(note)
@@ -352,9 +352,7 @@ class StepHooks:
             MODEL_RESULT.reset(reset)
             if note.result is not None or error is not None:
                 try:
-                    self._model_done(
-                        step, context, input, state, parent, keys_before, note, error, start_ns
-                    )
+                    self._model_done(step, context, input, state, parent, note, error, start_ns)
                     if self.metrics is not None:
                         self.metrics.model_call(
                             note.result, type(step).__name__, time.monotonic() - start, error
@@ -369,16 +367,13 @@ class StepHooks:
         input: Any,
         state: AgentState | None,
         parent: str | None,
-        keys_before: set[str],
         note: ModelResultNote,
         error: BaseException | None,
         start: int,
     ) -> None:
         if self.metrics is not None and error is None:
-            for key in set(AGENT_TOOL_CALLS.get_all_instance_keys(context)) - keys_before:
-                record = AGENT_TOOL_CALLS.get(context, key)
-                if record is not None and record.status is AgentToolCallStatus.AWAITING_APPROVAL:
-                    self.metrics.interrupt_raised("approval")
+            for _ in range(note.approvals_raised):
+                self.metrics.interrupt_raised("approval")
         if not self._live():
             return
         from opentelemetry.trace import SpanKind
@@ -404,7 +399,7 @@ class StepHooks:
                 state.last_sequence
             )
         if error is None and state is not None:
-            attributes.update(self._outputs(context, state, result, keys_before))
+            attributes.update(self._outputs(state, result, note))
             if self.capture:
                 attributes.update(self._chat_content(context, input, state, result, note))
         span = self.tracer.start(
@@ -443,9 +438,7 @@ class StepHooks:
                 attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
         return attributes
 
-    def _outputs(
-        self, context: Context, state: AgentState, result: object, keys_before: set[str]
-    ) -> Attributes:
+    def _outputs(self, state: AgentState, result: object, note: ModelResultNote) -> Attributes:
         attributes: Attributes = {}
         if isinstance(result, TurnCompleted):
             first = state.last_sequence + 1
@@ -453,7 +446,7 @@ class StepHooks:
             if keys:
                 attributes["dex.agent.output_messages.keys"] = keys
         if isinstance(result, ToolCallsRequested):
-            created = set(AGENT_TOOL_CALLS.get_all_instance_keys(context)) - keys_before
+            created = set(note.created_tool_calls)
             ids = [c.tool_call_id for c in result.tool_calls if c.tool_call_id in created]
             if ids:
                 attributes["dex.agent.requested_tool_call.ids"] = ids

@@ -12,7 +12,7 @@ import pytest
 
 from dex_agents_ray.engine import PostgresStoreConfig, SqliteStoreConfig
 from dex_agents_ray.engine._engine import _store_config
-from dex_agents_ray.engine._postgres import _fetch_one
+from dex_agents_ray.engine._postgres_sql import _fetch_one
 from dex_agents_ray.engine._records import Commit
 from dex_agents_ray.engine._store import open_store, redact_dsn
 from tests.stores.postgres_server import PostgresServer

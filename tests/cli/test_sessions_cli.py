@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +21,14 @@ from tests.session.polling import has_interrupt, snapshot_when, turn_done
 ROOT = Path(__file__).resolve().parents[2]
 _CLI = "import sys; from dex_agents_ray.cli import main; sys.exit(main())"
 TIMEOUT = 120
+
+_RAY_NOTICE = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|pid=\d+)[^)]*\)")
+"""A line that Ray's driver prints to this process's stdout on its own (a job
+error such as a worker of an earlier test dying), not the command's output."""
+
+
+def _without_ray_notices(out: str) -> str:
+    return "".join(line for line in out.splitlines(keepends=True) if not _RAY_NOTICE.match(line))
 
 
 class Cli:
@@ -40,7 +49,8 @@ class Cli:
         action, rest = args[0], list(args[1:])
         code = await asyncio.to_thread(main, ["sessions", action, *self.flags, *rest])
         captured = capsys.readouterr()
-        return code, captured.out, captured.err
+        # In this process the command shares stdout with the test's Ray driver.
+        return code, _without_ray_notices(captured.out), captured.err
 
     async def process(self, *args: str) -> asyncio.subprocess.Process:
         """As a person runs it: a new process that joins the cluster."""

@@ -282,17 +282,7 @@ class RunDriver(AttemptRunner):
             self._deferred = task
             self._after(tx)
             return built
-        try:
-            offsets = await self.store.commit(built, replace_run=replace_run)
-        except StaleEpochError:
-            self.stale = True
-            self._on_stale()
-            raise
-        except StoreUnavailableError:
-            # Memory may now be ahead of the store: the host reloads the run.
-            self.stale = True
-            self._on_store_down()
-            raise
+        offsets = await self._store_commit(built, replace_run=replace_run)
         self.state.apply(built, replace_run=replace_run)
         if built.stream_appends:
             self.streams.written(self.flow_id, built.stream_appends, offsets)
@@ -302,23 +292,33 @@ class RunDriver(AttemptRunner):
         self._notify()
         return built
 
-    async def _write_deferred(self, built: Commit) -> None:
+    async def _store_commit(
+        self, built: Commit, *, replace_run: bool = False, applied: bool = False
+    ) -> list[int]:
+        """Write ``built``; a refused or failed write makes this driver stale.
+        ``applied``: memory already holds ``built`` (a deferred commit), so any
+        failure, not only the store's own, has the host reload the run."""
         try:
-            offsets = await self.store.commit(built)
+            return await self.store.commit(built, replace_run=replace_run)
         except StaleEpochError:
             self.stale = True
             self._on_stale()
             raise
         except StoreUnavailableError:
-            # Memory is ahead of the store: the host reloads the run.
+            # Memory may now be ahead of the store: the host reloads the run.
             self.stale = True
             self._on_store_down()
             raise
         except Exception:
+            if not applied:
+                raise
             logger.exception("run %s: a deferred commit failed; its host reloads it", self.flow_id)
             self.stale = True
             self._on_store_down()
             raise
+
+    async def _write_deferred(self, built: Commit) -> None:
+        offsets = await self._store_commit(built, applied=True)
         if built.stream_appends:
             self.streams.written(self.flow_id, built.stream_appends, offsets)
         self._notify()

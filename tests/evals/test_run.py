@@ -105,13 +105,15 @@ async def test_run_eval_scores_answers_interrupts_and_writes_results(
         sessions = AgentSessionClient(engine.client, flow)
         snapshot = await sessions.get_agent_snapshot(session_id_for("r-1", "nobody"))
         (question,) = snapshot.pending_interrupts
+        # Counted before the answer: the answered session may call its model at
+        # once, before the rerun looks at it.
+        model_calls = len(InvocationLog(state_dir / "model.log").entries())
         # A person answers; the rerun finishes that case and runs nothing else again.
         assert await sessions.answer_question(
             session_id_for("r-1", "nobody"), question.interrupt_id, "anything"
         )
     finally:
         await engine.shutdown(stop_hosts=False)
-    model_calls = len(InvocationLog(state_dir / "model.log").entries())
 
     again = await run_eval(
         flow,

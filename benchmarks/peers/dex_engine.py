@@ -318,9 +318,13 @@ _REPO = str(Path(__file__).resolve().parents[2])
 
 
 @asynccontextmanager
-async def open_system(workdir: Path, variant: str) -> AsyncIterator[DexEngine]:
+async def open_system(
+    workdir: Path, variant: str, runtime_env: dict[str, Any] | None = None
+) -> AsyncIterator[DexEngine]:
+    """The engine of ``variant`` on a fresh local Ray (``runtime_env``: the job's,
+    for a benchmark that instruments Ray's workers)."""
     if not variant.endswith("-postgres"):
-        async with _open(workdir / "engine.db", variant) as system:
+        async with _open(workdir / "engine.db", variant, runtime_env) as system:
             yield system
         return
     # A throwaway PostgreSQL 15 server (the test suite's; scripts/services installs it).
@@ -334,12 +338,16 @@ async def open_system(workdir: Path, variant: str) -> AsyncIterator[DexEngine]:
     with running_server(bin_dir) as server:
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             conn.execute("CREATE DATABASE bench")
-        async with _open(server.dsn("bench"), variant.removesuffix("-postgres")) as system:
+        async with _open(
+            server.dsn("bench"), variant.removesuffix("-postgres"), runtime_env
+        ) as system:
             yield system
 
 
 @asynccontextmanager
-async def _open(store: Path | str, variant: str) -> AsyncIterator[DexEngine]:
+async def _open(
+    store: Path | str, variant: str, runtime_env: dict[str, Any] | None = None
+) -> AsyncIterator[DexEngine]:
     repo = _REPO
     # Ray workers unpickle this module's Steps by reference: give them the repository.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -353,6 +361,7 @@ async def _open(store: Path | str, variant: str) -> AsyncIterator[DexEngine]:
         log_to_driver=False,
         namespace="dex-bench",
         _system_config=task_worker_system_config(),
+        runtime_env=runtime_env,
     )
     kind, _, rest = variant.partition("-")
     placement = "dedicated" if rest.startswith("dedicated") else "shared"

@@ -4,7 +4,9 @@ A Ray task per attempt costs a worker process whenever no idle one is at hand
 (about 1 s and 100-400 MiB each here), and Ray does not share task workers
 between detached host actors. An executor is a detached, named async actor of
 one resource shape that runs many attempts, each as a coroutine, so an attempt
-costs two actor calls. Protocol of one call (``StepExecutor.run``):
+costs an actor call, or less: a host of the same node sends its calls after the
+first by the executor's Unix socket (``_channel``). Protocol of one call
+(``StepExecutor.run``):
 
 1. wait for a slot (backpressure; the host's timeouts have not started);
 2. load the Flow definition (once per executor and Flow version);
@@ -46,6 +48,7 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
+from dex_agents_ray.engine._channel import ChannelServer
 from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
 from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
@@ -163,6 +166,8 @@ class StepExecutor:
         self._definitions: dict[str, tuple[Any, FlowMapper]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._orphan_check = orphan_check_seconds
+        self._channel = ChannelServer(self.run_many)
+        """Hosts of this node send their calls here after the first (see ``_channel``)."""
         tune_collector()
         self._watcher = asyncio.get_running_loop().create_task(self._watch_orphans())
 
@@ -284,7 +289,7 @@ class StepExecutor:
     ) -> Any:
         if gate_before_ack_spec() is not None:
             await asyncio.to_thread(wait_at_gate_before_ack)
-        flow, mapper = await self._definition(definition_key, blob_box)
+        flow, mapper = await self._definition(definition_key, blob_box, link)
         answer = self._acknowledge(link, key, early_start)
         if not early_start and not await answer:
             return ABANDONED
@@ -329,9 +334,15 @@ class StepExecutor:
                 _settle_unsent(link, key)
         return encode_result(result)
 
-    async def _definition(self, key: str, blob_box: list[Any]) -> tuple[Any, FlowMapper]:
+    async def _definition(
+        self, key: str, blob_box: list[Any], link: _HostLink
+    ) -> tuple[Any, FlowMapper]:
         cached = self._definitions.get(key)
         if cached is None:
+            if not blob_box:  # a call that came by the socket carries no object ref
+                blob_box = await link.handle.definition_box.remote(key)
+                if not blob_box:
+                    raise RuntimeError(f"the host does not know the Flow definition {key}")
             blob: bytes = await blob_box[0]
             cached = await asyncio.to_thread(load_definition, blob)
             self._definitions[key] = cached
@@ -494,9 +505,14 @@ class StepExecutor:
 
         return str(ray.get_runtime_context().get_node_id())
 
+    async def channel(self) -> tuple[str, str | None]:
+        """This executor's node ID and the path of its socket for hosts of the same
+        node (``None``: none here); see ``_channel``."""
+        return self.node_id(), await self._channel.address()
+
     def stats(self) -> dict[str, Any]:
-        """Slots, running and waiting calls, calls completed and start
-        acknowledgements sent since start."""
+        """Slots, running and waiting calls, calls completed, start
+        acknowledgements sent, and hosts and calls that came by the socket, since start."""
         return {
             "shape": self._shape,
             "concurrency": self._concurrency,
@@ -504,9 +520,12 @@ class StepExecutor:
             "waiting": self._waiting,
             "completed": self._completed,
             "acks_sent": self._acks_sent,
+            "socket_connections": self._channel.connections,
+            "socket_calls": self._channel.calls,
         }
 
     async def shutdown(self) -> None:
+        self._channel.close()
         self._watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watcher

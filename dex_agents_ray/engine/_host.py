@@ -367,6 +367,11 @@ class FlowHost:
         for flow_id, exec_id, attempt, kind, payload in frames:
             await self.remote_frame(flow_id, exec_id, attempt, kind, payload)
 
+    def definition_box(self, key: str) -> list[Any]:
+        """The boxed object ref of the Flow definition ``key`` this host sent an
+        executor (``[]`` if none): a call that came by the socket carries none."""
+        return self._pool.definition_box(key)
+
     def executor_results(self, results: list[tuple[tuple[str, str, int], Any]]) -> None:
         """Outcomes of attempts an executor finished ahead of its batch."""
         self._pool.deliver(results)

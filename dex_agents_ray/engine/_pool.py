@@ -12,11 +12,13 @@ a namespace finds the same ones, and Ray restarts one that dies.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
+from dex_agents_ray.engine._channel import Channel, ChannelClosed
 from dex_agents_ray.engine._executor import (
     CANCELLED,
     AttemptKey,
@@ -26,6 +28,8 @@ from dex_agents_ray.engine._executor import (
 )
 from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
 from dex_agents_ray.engine._remote import ABANDONED
+
+logger = logging.getLogger("dex_agents_ray.engine")
 
 _executor_class: Any = None
 
@@ -68,6 +72,12 @@ class _Shape:
     """Executors that died under a call: the next batch waits until Ray has the
     restarted one (a call sent before Ray learns of the death reaches the dead
     process and fails without running)."""
+    channels: dict[int, Channel] = field(default_factory=dict)
+    """Open sockets to executors of this node (see ``_channel``)."""
+    connecting: set[int] = field(default_factory=set)
+    """Executors asked for their socket, not answered yet."""
+    over_ray: set[int] = field(default_factory=set)
+    """Executors that have no socket for this host (another node): Ray only."""
 
 
 class ExecutorPool:
@@ -80,6 +90,8 @@ class ExecutorPool:
         self._by_text: dict[str, _Shape] = {}
         self._waiting: dict[AttemptKey, _Pending] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._definition_refs: dict[str, Any] = {}
+        """Each Flow definition's object ref by key, as sent (for ``definition_box``)."""
 
     def set_clock_offset(self, seconds: float) -> None:
         """Move the clock of every executor this pool knows (a test engine moved it)."""
@@ -147,14 +159,60 @@ class ExecutorPool:
         # The actor call goes out now, not in the task's first step: Steps that
         # became ready in the same commit (a Step's in-host ``wait_for``) would
         # otherwise run before it.
+        for pending in batch:
+            self._definition_refs.setdefault(pending.args[0], pending.args[1][0])
+        channel = shape.channels.get(index)
+        if channel is not None and (channel.closed or index in shape.restarting):
+            del shape.channels[index]
+            channel = None
+        if channel is not None:
+            reply = channel.request([(p.args[0], [], *p.args[2:]) for p in batch])
+            self._spawn(self._deliver_by_channel(shape, index, batch, reply))
+            return
         ref = None
         if index not in shape.restarting:
             ref = _call(shape.handles[index], batch)
             if ref is None:
                 return
-        task = asyncio.ensure_future(self._deliver_batch(shape, index, batch, ref))
+        self._spawn(self._deliver_batch(shape, index, batch, ref))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _deliver_by_channel(
+        self, shape: _Shape, index: int, batch: list[_Pending], reply: Any
+    ) -> None:
+        if await _settle_many(reply, batch):
+            shape.restarting.add(index)
+            shape.channels.pop(index, None)
+
+    async def _connect(self, shape: _Shape, index: int) -> None:
+        """Open the socket of executor ``index`` when it is on this node."""
+        import ray
+
+        handle = shape.handles[index]
+        try:
+            node, path = await handle.channel.remote()
+            if path is None or node != ray.get_runtime_context().get_node_id():
+                shape.over_ray.add(index)
+                return
+            channel = await Channel.connect(path)
+        except Exception as error:  # it died meanwhile: the next Ray batch asks again
+            logger.debug("executor %d: no socket (%r)", index, error)
+            return
+        finally:
+            shape.connecting.discard(index)
+        old = shape.channels.pop(index, None)
+        if old is not None:
+            old.close()
+        shape.channels[index] = channel
+
+    def definition_box(self, key: str) -> list[Any]:
+        """See ``FlowHost.definition_box``."""
+        ref = self._definition_refs.get(key)
+        return [] if ref is None else [ref]
 
     async def _deliver_batch(
         self, shape: _Shape, index: int, batch: list[_Pending], ref: Any
@@ -172,6 +230,17 @@ class ExecutorPool:
             died = await _settle_many(ref, batch)
         if died:
             shape.restarting.add(index)
+            old = shape.channels.pop(index, None)
+            if old is not None:
+                old.close()
+        elif (
+            self._options.local_channel
+            and index not in shape.channels
+            and index not in shape.connecting
+            and index not in shape.over_ray
+        ):
+            shape.connecting.add(index)
+            self._spawn(self._connect(shape, index))
 
     def deliver(self, results: list[tuple[AttemptKey, CallOutcome]]) -> None:
         """Outcomes an executor sent ahead of its ``run_many`` reply."""
@@ -261,7 +330,7 @@ def _executor_died(error: BaseException) -> BaseException:
     """An executor that died reads as a crashed worker (as a task worker would)."""
     import ray.exceptions
 
-    if isinstance(error, ray.exceptions.RayActorError):
+    if isinstance(error, ray.exceptions.RayActorError | ChannelClosed):
         crashed = ray.exceptions.WorkerCrashedError()
         crashed.__cause__ = error
         return crashed
@@ -289,7 +358,7 @@ async def _until_alive(handle: Any) -> None:
 def _is_death(error: BaseException) -> bool:
     import ray.exceptions
 
-    return isinstance(error, ray.exceptions.RayActorError)
+    return isinstance(error, ray.exceptions.RayActorError | ChannelClosed)
 
 
 async def _settle_one(ref: Any, pending: _Pending) -> bool:

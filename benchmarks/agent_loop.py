@@ -8,22 +8,24 @@ warm-up sessions: at C=1 sequential sessions, each timed (ms/step = median sessi
 time / 50); at C=50 and C=500 that many sessions at once (steps/s).
 
 Rows: the floors (plain asyncio; raw SQLite, one fsync per step and group commit),
-DBOS and LangGraph when the ``bench`` extra is installed, Restate when its server
-is installed too (``scripts/install-restate``; the server's and the service's CPU
-and RSS count), and this project: the workload as one engine Flow per session (the
+DBOS and LangGraph when the ``bench`` extra is installed, Restate when its server is
+installed too (``scripts/install-restate``; the server's and the service's CPU and
+RSS count), and this project: the workload as one engine Flow per session (the
 peers' shape: one workflow per session) and as real agent sessions
 (``builtin_agent_session_flow``; the client sends each user message and reads the
-event stream). The headline row is the default
-configuration, ``dex:session-shared-ray``: shared hosts, tool Steps sent to Ray on
-pooled executors. The others run tools inline in the host, on dedicated hosts, or as
+event stream). The headline row is the default configuration,
+``dex:session-shared-ray``: shared hosts, tool Steps sent to Ray on pooled
+executors, and the client's and hosts' calls on one node by Unix sockets after
+the first (``engine/_channel.py``); ``session-shared-ray-nosockets`` is the same with every
+call a Ray call. The others run tools inline in the host, on dedicated hosts, or as
 one Ray task per attempt (``session-shared-tasks``). Dedicated placement is not run
 at C=500 (an actor per session: 500 processes), nor are Ray-task tools (tens of
 steps/s at C=50). Peak RSS counts the host and executor actors; Ray's own processes
 are reported apart, and "Ray PSS" sums the proportional set size of every Ray
-process (hosts, executors, task workers, GCS, raylet, agents) at the end of the
-C=50 job. The run ends with the fan-out issue's must-meet targets for the headline
-row, computed from this run (a turn's p99 against its median counts the turns of
-the timed sessions, after the warm-up ones).
+process (hosts, executors, task workers, GCS, raylet, agents) at the end of the C=50
+job. The run ends with the fan-out issue's must-meet targets for the headline row,
+computed from this run (a turn's p99 against its median counts the turns of the
+timed sessions, after the warm-up ones).
 
 Interleaved rounds (``--rounds``) give medians; the machine is shared and noisy.
 
@@ -47,6 +49,7 @@ FLOORS = ("plain", "sqlite:full", "sqlite:group")
 PEERS = ("dbos:wal", "langgraph:async", "restate")
 OURS = (
     "dex:session-shared-ray",
+    "dex:session-shared-ray-nosockets",
     "dex:flow-shared",
     "dex:flow-dedicated",
     "dex:session-shared",

@@ -9,13 +9,16 @@ client's calls are wrapped here), so one clock orders what three processes did.
 For each timed turn (turns 2 to 10 of each session; turn 1 starts the session),
 the chain from ``send_user_message`` to the ``turn_completed`` event is cut into
 the segments below; their medians are printed, with the Ray hops' share and,
-measured in the same Ray, the round trip of an empty call from the driver to an
-async actor and from one async actor to another (the floor under the hops).
+measured in the same Ray, the round trip of an empty Ray call from the driver to
+an async actor and from one async actor to another. The hops between the client,
+the host and the executor go by Unix sockets once the first call of each pair
+has answered through Ray (``engine/_channel.py``); ``--over-ray`` keeps them all
+on Ray (``local_channels=False``, ``ExecutorPoolOptions(local_channel=False)``).
 
 The stamps cost a few microseconds each (about 40 a turn): the turns here are a
 little slower than the uninstrumented ones of ``agent_loop.py``.
 
-    .venv/bin/python benchmarks/turn_timeline.py [--sessions 15]
+    .venv/bin/python benchmarks/turn_timeline.py [--sessions 15] [--over-ray]
 """
 
 from __future__ import annotations
@@ -188,11 +191,11 @@ def _clear(marks_dir: Path) -> None:
         path.write_text("")  # the workers append: their next stamp starts the file
 
 
-async def _run(sessions: int, marks_dir: Path, workdir: Path) -> tuple[float, float]:
+async def _run(sessions: int, marks_dir: Path, workdir: Path, variant: str) -> tuple[float, float]:
     from benchmarks.peers.dex_engine import open_system
 
     hook = {"worker_process_setup_hook": "benchmarks.turn_timeline.install"}
-    async with open_system(workdir, "session-shared-ray", runtime_env=hook) as system:
+    async with open_system(workdir, variant, runtime_env=hook) as system:
         client = system.sessions
         _wrap(client, "send_user_message", lambda *a, **k: "c-send")
         _wrap(client, "read_event", lambda *a, **k: "c-read")
@@ -207,10 +210,14 @@ async def _run(sessions: int, marks_dir: Path, workdir: Path) -> tuple[float, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=15, help="timed sessions of 10 turns")
+    parser.add_argument("--over-ray", action="store_true", help="no Unix sockets: Ray calls only")
     args = parser.parse_args()
+    variant = "session-shared-ray" + ("-nosockets" if args.over_ray else "")
     with tempfile.TemporaryDirectory() as marks, tempfile.TemporaryDirectory() as workdir:
         os.environ[_DIR_VARIABLE] = marks  # Ray's workers inherit it
-        driver_rtt, actor_rtt = asyncio.run(_run(args.sessions, Path(marks), Path(workdir)))
+        driver_rtt, actor_rtt = asyncio.run(
+            _run(args.sessions, Path(marks), Path(workdir), variant)
+        )
         stamps: list[tuple[int, str]] = []
         for path in Path(marks).iterdir():
             for line in path.read_text().splitlines():
@@ -222,20 +229,20 @@ def main() -> None:
         raise SystemExit("no complete turn was stamped")
     medians = [statistics.median(chain[i] for chain in chains) for i in range(len(SEGMENTS))]
     turns = [sum(chain) for chain in chains]
-    print(f"A turn at C=1, default configuration: {len(chains)} turns, medians in ms\n")
+    print(f"A turn at C=1, {variant}: {len(chains)} turns, medians in ms\n")
     print(f"{'segment':<52} {'ms':>7}  {'share':>6}")
     total = sum(medians)
     for (what, _, _, hop), value in zip(SEGMENTS, medians, strict=True):
-        mark = " (Ray hop)" if hop else ""
+        mark = " (hop)" if hop else ""
         print(f"{what + mark:<52} {value:7.2f}  {value / total:6.1%}")
     hops = sum(value for (_, _, _, hop), value in zip(SEGMENTS, medians, strict=True) if hop)
     print(f"{'sum of the segment medians':<52} {total:7.2f}")
     print(f"{'median turn':<52} {statistics.median(turns):7.2f}")
-    print(f"\nRay hops on the chain: {hops:.2f} ms ({hops / total:.0%} of the turn)")
+    print(f"\nHops between processes on the chain: {hops:.2f} ms ({hops / total:.0%} of the turn)")
     print(
-        f"Floor, same Ray: an empty call's round trip driver -> async actor "
+        f"The same Ray: an empty Ray call's round trip driver -> async actor "
         f"{driver_rtt:.2f} ms, async actor -> async actor {actor_rtt:.2f} ms "
-        f"(the turn's four hops at that floor: {driver_rtt + actor_rtt:.2f} ms)"
+        f"(the turn's four hops as Ray calls: at least {driver_rtt + actor_rtt:.2f} ms)"
     )
 
 

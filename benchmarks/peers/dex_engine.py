@@ -58,7 +58,12 @@ from dex_agents_ray.builtin_loop import (
     builtin_agent_session_flow,
     function_tool,
 )
-from dex_agents_ray.engine import FlowEngine, RayTaskOptions, RemoteExecution
+from dex_agents_ray.engine import (
+    ExecutorPoolOptions,
+    FlowEngine,
+    RayTaskOptions,
+    RemoteExecution,
+)
 from dex_agents_ray.engine._engine import task_worker_system_config
 
 from .workload import (
@@ -80,6 +85,7 @@ VARIANTS = (
     "flow-shared",
     "flow-dedicated",
     "session-shared-ray",
+    "session-shared-ray-nosockets",
     "session-shared",
     "session-dedicated",
     "session-shared-tasks",
@@ -363,11 +369,20 @@ async def _open(
         _system_config=task_worker_system_config(),
         runtime_env=runtime_env,
     )
-    kind, _, rest = variant.partition("-")
+    # "-nosockets": every call between processes through Ray (no Unix sockets).
+    sockets = not variant.endswith("-nosockets")
+    kind, _, rest = variant.removesuffix("-nosockets").partition("-")
     placement = "dedicated" if rest.startswith("dedicated") else "shared"
     tools = "tasks" if rest.endswith("tasks") else "ray" if rest.endswith("ray") else "inline"
     flow: Any = AgentLoopFlow() if kind == "flow" else session_flow(tools)
-    engine = await FlowEngine.start([flow], store=store, namespace="dex-bench", placement=placement)
+    engine = await FlowEngine.start(
+        [flow],
+        store=store,
+        namespace="dex-bench",
+        placement=placement,
+        local_channels=sockets,
+        executor_pool=ExecutorPoolOptions(local_channel=sockets),
+    )
     sessions = None if kind == "flow" else AgentSessionClient(engine.client, flow)
     if placement == "shared":
         # The pool is long-lived in real use: start every host before measuring.

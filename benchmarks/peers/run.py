@@ -67,6 +67,7 @@ _PEERS = {
             "flow-shared",
             "flow-dedicated",
             "session-shared-ray",
+            "session-shared-ray-nosockets",
             "session-shared",
             "session-dedicated",
             "session-shared-tasks",

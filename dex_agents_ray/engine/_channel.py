@@ -31,6 +31,7 @@ import socket
 import struct
 import sys
 import tempfile
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,7 +42,7 @@ _HEADER = struct.Struct("!IQ")
 _MAX_PATH = 100
 """A Unix socket path must fit ``sun_path`` (108 bytes on Linux)."""
 
-Handler = Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]]
+Handler = Callable[[Any], Awaitable[Any]]
 
 
 class ChannelClosed(ConnectionError):
@@ -72,27 +73,27 @@ async def _read(reader: asyncio.StreamReader) -> tuple[int, Any]:
 
 
 class ChannelServer:
-    """An executor's socket: each request's calls go to ``handler`` (``run_many``)."""
+    """A process's socket: each request goes to ``handler`` (an executor's
+    ``run_many``, a host's client calls), its return value or exception back."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, prefix: str) -> None:
         self._handler = handler
+        self._prefix = prefix
         self._server: asyncio.Server | None = None
         self._directory: str | None = None
         self._path: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.connections = 0
-        """Hosts that connected since start."""
-        self.calls = 0
-        """Calls that came by the socket since start."""
+        """Peers that connected since start."""
 
     async def address(self) -> str | None:
         """The socket's path (started on first use), or ``None`` when it cannot
         have one here (the temporary directory's path is too long)."""
         if self._path is None:
             if sys.platform == "linux":
-                path = f"\0dex-exec-{os.getpid()}-{secrets.token_hex(8)}"
+                path = f"\0{self._prefix}-{os.getpid()}-{secrets.token_hex(8)}"
             else:
-                directory = tempfile.mkdtemp(prefix="dex-exec-")  # mode 0700: this user only
+                directory = tempfile.mkdtemp(prefix=f"{self._prefix}-")  # mode 0700: this user only
                 path = os.path.join(directory, "calls")
                 if len(path.encode()) > _MAX_PATH:
                     shutil.rmtree(directory, ignore_errors=True)
@@ -108,32 +109,34 @@ class ChannelServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not _same_user(writer):
-            logger.warning("executor channel: refused a connection from another user")
+            logger.warning("%s channel: refused a connection from another user", self._prefix)
             writer.close()
             return
         self.connections += 1
         try:
             while True:
-                request_id, calls = await _read(reader)
-                self.calls += len(calls)
-                task = asyncio.ensure_future(self._answer(writer, request_id, calls))
+                request_id, request = await _read(reader)
+                task = asyncio.ensure_future(self._answer(writer, request_id, request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the host closed its end (it died or shut down)
+            pass  # the peer closed its end (it died or shut down)
         finally:
             writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, calls: Any) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, request: Any) -> None:
+        reply: tuple[str, Any]
         try:
-            outcomes = await self._handler(calls)
-        except Exception as error:  # run_many keeps each call's failure: not expected
-            logger.exception("executor channel: a batch failed as a whole")
-            failure = RuntimeError(f"the executor failed the batch: {error!r}")
-            outcomes = [("error", failure)] * len(calls)
+            reply = ("ok", await self._handler(request))
+        except Exception as error:
+            reply = ("error", error)
         if writer.is_closing():
-            return  # the host is gone: nobody waits for these
-        writer.write(_frame(request_id, outcomes))
+            return  # the peer is gone: nobody waits for this
+        try:
+            frame = _frame(request_id, reply)
+        except Exception as error:  # a value or an exception that does not pickle
+            frame = _frame(request_id, ("error", RuntimeError(f"unpicklable reply: {error!r}")))
+        writer.write(frame)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
@@ -156,11 +159,12 @@ def _same_user(writer: asyncio.StreamWriter) -> bool:
 
 
 class Channel:
-    """A host's connection to one executor's socket."""
+    """A connection to another process's socket (a host's to an executor, a
+    client's to a host)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._pending: dict[int, asyncio.Future[list[Any]]] = {}
+        self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 0
         self.closed = False
         self._reading = asyncio.ensure_future(self._read_replies(reader))
@@ -177,30 +181,35 @@ class Channel:
             raise
         return cls(reader, writer)
 
-    def request(self, calls: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
-        """Send ``calls`` (``run_many``'s argument); the future is its reply, or
-        :class:`ChannelClosed` when the executor's process ends first."""
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+    def request(self, request: Any) -> asyncio.Future[Any]:
+        """Send ``request``; the future is the handler's return value or exception,
+        or :class:`ChannelClosed` when the serving process ends first."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.closed:
-            future.set_exception(ChannelClosed("the executor's socket is closed"))
+            future.set_exception(ChannelClosed("the socket is closed"))
             return future
+        frame = _frame(self._next_id + 1, request)  # raises for a request that does not pickle
         self._next_id += 1
         self._pending[self._next_id] = future
-        self._writer.write(_frame(self._next_id, calls))
+        self._writer.write(frame)
         return future
 
     async def _read_replies(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                request_id, outcomes = await _read(reader)
+                request_id, (kind, value) = await _read(reader)
                 future = self._pending.pop(request_id, None)
-                if future is not None and not future.done():
-                    future.set_result(outcomes)
+                if future is None or future.done():
+                    continue
+                if kind == "ok":
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
         except (asyncio.IncompleteReadError, ConnectionError) as error:
-            self._fail(ChannelClosed(f"the executor's socket closed: {error!r}"))
+            self._fail(ChannelClosed(f"the socket closed: {error!r}"))
         except Exception as error:  # a reply that does not unpickle here
-            logger.warning("executor channel: unreadable reply, closing it: %r", error)
-            self._fail(ChannelClosed(f"unreadable reply from the executor: {error!r}"))
+            logger.warning("channel: unreadable reply, closing it: %r", error)
+            self._fail(ChannelClosed(f"unreadable reply: {error!r}"))
 
     def _fail(self, error: ChannelClosed) -> None:
         self.closed = True
@@ -213,4 +222,97 @@ class Channel:
     def close(self) -> None:
         if not self.closed:
             self._reading.cancel()
-            self._fail(ChannelClosed("the host closed the channel"))
+            self._fail(ChannelClosed("this end closed the channel"))
+
+
+class HostChannels:
+    """A client's sockets to the shared hosts of its own node, per event loop.
+
+    A host is asked for its socket after the client's first call to it through
+    Ray has answered; calls made meanwhile, and calls to hosts of another node,
+    go through Ray. A socket belongs to the event loop that opened it: a client
+    used from several loops (a notebook, the blocking client's thread) opens one
+    per loop.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = enabled
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Channel]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._connecting: set[tuple[int, str]] = set()
+        self._elsewhere: set[str] = set()
+        """Hosts that answered from another node (or without a socket)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def get(self, host_name: str) -> Channel | None:
+        """The open socket to ``host_name`` for the running loop, if any."""
+        channels = self._by_loop.get(asyncio.get_running_loop())
+        if channels is None:
+            return None
+        channel = channels.get(host_name)
+        if channel is not None and channel.closed:
+            del channels[host_name]
+            return None
+        return channel
+
+    def answered(self, host_name: str, handle: Any) -> None:
+        """A call through Ray to ``host_name`` answered: open its socket if it has one."""
+        if not self._enabled or host_name in self._elsewhere:
+            return
+        loop = asyncio.get_running_loop()
+        key = (id(loop), host_name)
+        if key in self._connecting or host_name in self._by_loop.get(loop, {}):
+            return
+        self._connecting.add(key)
+        task = loop.create_task(self._connect(loop, key, host_name, handle))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(
+        self, loop: asyncio.AbstractEventLoop, key: tuple[int, str], host_name: str, handle: Any
+    ) -> None:
+        import ray
+
+        try:
+            node, path = await handle.client_channel.remote()
+            if path is None or node != ray.get_runtime_context().get_node_id():
+                self._elsewhere.add(host_name)
+                return
+            channel = await Channel.connect(path)
+        except Exception as error:  # the host is going away: a later call asks again
+            logger.debug("host %s: no socket (%r)", host_name, error)
+            return
+        finally:
+            self._connecting.discard(key)
+        old = self._by_loop.setdefault(loop, {}).pop(host_name, None)
+        if old is not None:
+            old.close()
+        self._by_loop[loop][host_name] = channel
+
+    def forget(self, host_name: str) -> None:
+        """``host_name`` died or went away: close its socket of the running loop."""
+        channels = self._by_loop.get(asyncio.get_running_loop())
+        channel = None if channels is None else channels.pop(host_name, None)
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        """Close every socket (the engine shuts down): those of the running loop
+        now, those of another running loop on it."""
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for loop, channels in list(self._by_loop.items()):
+            pending = list(channels.values())
+            channels.clear()
+            if loop is running:
+                for channel in pending:
+                    channel.close()
+            elif loop.is_running():
+                for channel in pending:
+                    loop.call_soon_threadsafe(channel.close)
+        for task in list(self._tasks):
+            if task.get_loop() is running:
+                task.cancel()

@@ -37,6 +37,7 @@ from dex.runtime_errors import (
     RequestTimeoutError,
 )
 
+from dex_agents_ray.engine._channel import ChannelClosed, HostChannels
 from dex_agents_ray.engine._errors import (
     HostPassivatedError,
     InvalidStreamTokenError,
@@ -44,6 +45,7 @@ from dex_agents_ray.engine._errors import (
     unwrap,
 )
 from dex_agents_ray.engine._operations import StartRequest
+from dex_agents_ray.engine._placement import PlacementMode
 from dex_agents_ray.engine._polls import SharedPolls
 from dex_agents_ray.engine._query import Term, matcher, parse_query
 from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
@@ -157,6 +159,10 @@ class EngineClient:
         self._live_tails: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         """Stream positions a long poll answered as the newest then: a reader
         there polls the host again at once (a store read would find nothing)."""
+        self._channels = HostChannels(
+            engine.local_channels and engine.placement.mode is PlacementMode.SHARED
+        )
+        """Sockets to the shared hosts of this node (``FlowEngine.start(local_channels=)``)."""
         self._polls = SharedPolls(
             lambda flow_id, *args: self._call(flow_id, "wait_streams", *args),
             engine.placement.host_name,
@@ -165,6 +171,10 @@ class EngineClient:
         """Long polls shared by the readers waiting on the same host."""
 
     # -- host calls --------------------------------------------------------------------
+
+    def close_channels(self) -> None:
+        """Close this client's sockets to hosts (the engine shuts down)."""
+        self._channels.close()
 
     async def _call(
         self, flow_id: str, method: str, *args: Any, retry_args: tuple[Any, ...] | None = None
@@ -181,18 +191,26 @@ class EngineClient:
         deadline = loop.time() + _HOST_RETRY_SECONDS
         while True:
             host = self._engine.host(flow_id)
+            host_name = self._engine.placement.host_name(flow_id)
+            channel = self._channels.get(host_name)
             try:
-                return unwrap(await getattr(host, method).remote(flow_id, *args))
+                if channel is not None:  # the host's socket: see ``_channel``
+                    return unwrap(await channel.request((method, flow_id, args)))
+                answer = await getattr(host, method).remote(flow_id, *args)
+                self._channels.answered(host_name, host)
+                return unwrap(answer)
             except (
                 ray.exceptions.ActorUnavailableError,
                 ray.exceptions.ActorDiedError,
                 HostPassivatedError,
+                ChannelClosed,
             ):
                 # A crashed host restarts; a passivating one exits and is re-created.
                 if loop.time() > deadline:
                     raise
                 if retry_args is not None:
                     args = retry_args
+                self._channels.forget(host_name)
                 self._engine.forget_host(flow_id)
                 await asyncio.sleep(0.05)
 

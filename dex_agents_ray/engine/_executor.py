@@ -166,7 +166,8 @@ class StepExecutor:
         self._definitions: dict[str, tuple[Any, FlowMapper]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._orphan_check = orphan_check_seconds
-        self._channel = ChannelServer(self.run_many)
+        self._channel = ChannelServer(self._socket_batch, "dex-exec")
+        self._socket_calls = 0
         """Hosts of this node send their calls here after the first (see ``_channel``)."""
         tune_collector()
         self._watcher = asyncio.get_running_loop().create_task(self._watch_orphans())
@@ -259,6 +260,11 @@ class StepExecutor:
                 for i in early:
                     sent[i] = True
         return [None if sent[i] else outcome for i, outcome in enumerate(outcomes)]
+
+    async def _socket_batch(self, calls: list[tuple[Any, ...]]) -> list[CallOutcome | None]:
+        """``run_many`` of a batch that came by the socket."""
+        self._socket_calls += len(calls)
+        return await self.run_many(calls)
 
     async def _outcome(self, call: tuple[Any, ...]) -> CallOutcome:
         try:
@@ -521,7 +527,7 @@ class StepExecutor:
             "completed": self._completed,
             "acks_sent": self._acks_sent,
             "socket_connections": self._channel.connections,
-            "socket_calls": self._channel.calls,
+            "socket_calls": self._socket_calls,
         }
 
     async def shutdown(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._attempts import FlowDefinition
+from dex_agents_ray.engine._channel import ChannelServer
 from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import (
     Envelope,
@@ -60,6 +61,12 @@ def _client_call(driver: RunDriver) -> Iterator[RunDriver]:
         driver.touch()
 
 
+_CLIENT_METHODS = frozenset(
+    {"start_flow", "invoke_rpc", "stop_flow", "wait_closed", "wait_streams"}
+)
+"""The host methods ``EngineClient`` calls (the only ones its socket serves)."""
+
+
 class FlowHost:
     """Hosts runs; see the module docstring. Methods return envelopes."""
 
@@ -80,6 +87,9 @@ class FlowHost:
         )
         self._refused: dict[str, int] = {}
         self._pool = ExecutorPool(config.namespace, config.executor_pool)
+        self._channel = ChannelServer(self._client_request, "dex-host")
+        """Clients of this node send their calls here after the first (see ``_channel``)."""
+        self._socket_calls = 0
         import ray
 
         self._actor_id = ray.get_runtime_context().get_actor_id()
@@ -366,6 +376,27 @@ class FlowHost:
         """Heartbeats and Stream writes from an executor, in the order they happened."""
         for flow_id, exec_id, attempt, kind, payload in frames:
             await self.remote_frame(flow_id, exec_id, attempt, kind, payload)
+
+    async def client_channel(self) -> tuple[str, str | None]:
+        """This host's node ID and the path of its socket for clients of the same
+        node (``None``: none here); see ``_channel``."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), await self._channel.address()
+
+    async def _client_request(self, request: tuple[str, str, tuple[Any, ...]]) -> Envelope:
+        """A client's call that came by the socket: what the same call through Ray does."""
+        method, flow_id, args = request
+        if method not in _CLIENT_METHODS:
+            raise ValueError(f"{method!r} is not a client call")
+        self._socket_calls += 1
+        envelope: Envelope = await getattr(self, method)(flow_id, *args)
+        return envelope
+
+    def client_sockets(self) -> dict[str, int]:
+        """Clients that connected to this host's socket and the calls that came by
+        it, since start (for tooling and tests)."""
+        return {"connections": self._channel.connections, "calls": self._socket_calls}
 
     def definition_box(self, key: str) -> list[Any]:
         """The boxed object ref of the Flow definition ``key`` this host sent an

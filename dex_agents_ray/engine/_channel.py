@@ -31,7 +31,6 @@ import socket
 import struct
 import sys
 import tempfile
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -196,6 +195,14 @@ class Channel:
 
     async def _read_replies(self, reader: asyncio.StreamReader) -> None:
         try:
+            await self._read_loop(reader)
+        except asyncio.CancelledError:
+            # Cancelled with its loop (``asyncio.run`` ending): close the socket too.
+            self._fail(ChannelClosed("the channel's event loop ended"))
+            raise
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
             while True:
                 request_id, (kind, value) = await _read(reader)
                 future = self._pending.pop(request_id, None)
@@ -226,93 +233,100 @@ class Channel:
 
 
 class HostChannels:
-    """A client's sockets to the shared hosts of its own node, per event loop.
+    """A client's sockets to the shared hosts of its own node.
 
     A host is asked for its socket after the client's first call to it through
     Ray has answered; calls made meanwhile, and calls to hosts of another node,
-    go through Ray. A socket belongs to the event loop that opened it: a client
-    used from several loops (a notebook, the blocking client's thread) opens one
-    per loop.
+    go through Ray. The sockets belong to the event loop the engine started on
+    (``engine.shutdown`` closes them there): calls from any other loop (the
+    blocking client's thread, a short ``asyncio.run``) go through Ray, so no
+    loop that ends on its own leaves a socket or its reader behind.
     """
 
     def __init__(self, enabled: bool) -> None:
-        self._enabled = enabled
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Channel]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._connecting: set[tuple[int, str]] = set()
+        loop: asyncio.AbstractEventLoop | None = None
+        if enabled:
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._channels: dict[str, Channel] = {}
+        self._connecting: set[str] = set()
         self._elsewhere: set[str] = set()
-        """Hosts that answered from another node (or without a socket)."""
+        """Hosts that answered from another node, or whose socket did not open."""
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def _here(self) -> bool:
+        try:
+            return self._loop is not None and asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
     def get(self, host_name: str) -> Channel | None:
-        """The open socket to ``host_name`` for the running loop, if any."""
-        channels = self._by_loop.get(asyncio.get_running_loop())
-        if channels is None:
+        """The open socket to ``host_name``, if any (on the engine's loop)."""
+        if not self._here():
             return None
-        channel = channels.get(host_name)
+        channel = self._channels.get(host_name)
         if channel is not None and channel.closed:
-            del channels[host_name]
+            del self._channels[host_name]
             return None
         return channel
 
     def answered(self, host_name: str, handle: Any) -> None:
         """A call through Ray to ``host_name`` answered: open its socket if it has one."""
-        if not self._enabled or host_name in self._elsewhere:
+        if (
+            host_name in self._elsewhere
+            or host_name in self._connecting
+            or host_name in self._channels
+            or not self._here()
+        ):
             return
-        loop = asyncio.get_running_loop()
-        key = (id(loop), host_name)
-        if key in self._connecting or host_name in self._by_loop.get(loop, {}):
-            return
-        self._connecting.add(key)
-        task = loop.create_task(self._connect(loop, key, host_name, handle))
+        self._connecting.add(host_name)
+        task = asyncio.get_running_loop().create_task(self._connect(host_name, handle))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connect(
-        self, loop: asyncio.AbstractEventLoop, key: tuple[int, str], host_name: str, handle: Any
-    ) -> None:
+    async def _connect(self, host_name: str, handle: Any) -> None:
         import ray
 
         try:
-            node, path = await handle.client_channel.remote()
-            if path is None or node != ray.get_runtime_context().get_node_id():
+            try:
+                node, path = await handle.client_channel.remote()
+            except Exception as error:  # the host is going away: a later call asks again
+                logger.debug("host %s: no socket address (%r)", host_name, error)
+                return
+            try:
+                here = ray.get_runtime_context().get_node_id()
+                channel = None if path is None or node != here else await Channel.connect(path)
+            except Exception as error:  # a Ray Client driver, another machine
+                logger.debug("host %s: its socket did not open (%r)", host_name, error)
+                channel = None
+            if channel is None:
                 self._elsewhere.add(host_name)
                 return
-            channel = await Channel.connect(path)
-        except Exception as error:  # the host is going away: a later call asks again
-            logger.debug("host %s: no socket (%r)", host_name, error)
-            return
         finally:
-            self._connecting.discard(key)
-        old = self._by_loop.setdefault(loop, {}).pop(host_name, None)
+            self._connecting.discard(host_name)
+        old = self._channels.pop(host_name, None)
         if old is not None:
             old.close()
-        self._by_loop[loop][host_name] = channel
+        self._channels[host_name] = channel
 
     def forget(self, host_name: str) -> None:
-        """``host_name`` died or went away: close its socket of the running loop."""
-        channels = self._by_loop.get(asyncio.get_running_loop())
-        channel = None if channels is None else channels.pop(host_name, None)
+        """``host_name`` died or went away: close its socket."""
+        channel = self._channels.pop(host_name, None) if self._here() else None
         if channel is not None:
             channel.close()
 
     def close(self) -> None:
-        """Close every socket (the engine shuts down): those of the running loop
-        now, those of another running loop on it."""
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        for loop, channels in list(self._by_loop.items()):
-            pending = list(channels.values())
-            channels.clear()
-            if loop is running:
-                for channel in pending:
-                    channel.close()
-            elif loop.is_running():
-                for channel in pending:
-                    loop.call_soon_threadsafe(channel.close)
-        for task in list(self._tasks):
-            if task.get_loop() is running:
+        """Close every socket (the engine shuts down), on the engine's loop."""
+        channels, self._channels = list(self._channels.values()), {}
+        tasks = list(self._tasks)
+        if self._here():
+            for channel in channels:
+                channel.close()
+            for task in tasks:
                 task.cancel()
+        elif self._loop is not None and self._loop.is_running():
+            for channel in channels:
+                self._loop.call_soon_threadsafe(channel.close)
+            for task in tasks:
+                self._loop.call_soon_threadsafe(task.cancel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import time
@@ -59,12 +60,6 @@ def _client_call(driver: RunDriver) -> Iterator[RunDriver]:
     finally:
         driver.waiters -= 1
         driver.touch()
-
-
-_CLIENT_METHODS = frozenset(
-    {"start_flow", "invoke_rpc", "stop_flow", "wait_closed", "wait_streams"}
-)
-"""The host methods ``EngineClient`` calls (the only ones its socket serves)."""
 
 
 class FlowHost:
@@ -384,14 +379,15 @@ class FlowHost:
 
         return ray.get_runtime_context().get_node_id(), await self._channel.address()
 
-    async def _client_request(self, request: tuple[str, str, tuple[Any, ...]]) -> Envelope:
-        """A client's call that came by the socket: what the same call through Ray does."""
+    async def _client_request(self, request: tuple[str, str, tuple[Any, ...]]) -> Any:
+        """A client's call that came by the socket: what the same call through Ray
+        does (any public method, as Ray would take)."""
         method, flow_id, args = request
-        if method not in _CLIENT_METHODS:
-            raise ValueError(f"{method!r} is not a client call")
+        if not isinstance(method, str) or method.startswith("_") or method not in _METHODS:
+            raise ValueError(f"{method!r} is not a host method")
         self._socket_calls += 1
-        envelope: Envelope = await getattr(self, method)(flow_id, *args)
-        return envelope
+        answer = getattr(self, method)(flow_id, *args)
+        return await answer if inspect.isawaitable(answer) else answer
 
     def client_sockets(self) -> dict[str, int]:
         """Clients that connected to this host's socket and the calls that came by
@@ -507,3 +503,9 @@ class FlowHost:
         self._streams.close()
         await self._store.close()
         run_exit_hooks()
+
+
+_METHODS = frozenset(
+    name for name, member in vars(FlowHost).items() if callable(member) and name[:1] != "_"
+)
+"""The methods a client may call through Ray, and so by the socket."""

@@ -194,14 +194,20 @@ class ExecutorPool:
 
         handle = shape.handles[index]
         try:
-            node, path = await handle.channel.remote()
-            if path is None or node != ray.get_runtime_context().get_node_id():
+            try:
+                node, path = await handle.channel.remote()
+            except Exception as error:  # it died meanwhile: the next Ray batch asks again
+                logger.debug("executor %d: no socket address (%r)", index, error)
+                return
+            try:
+                here = ray.get_runtime_context().get_node_id()
+                channel = None if path is None or node != here else await Channel.connect(path)
+            except OSError as error:
+                logger.debug("executor %d: its socket did not open (%r)", index, error)
+                channel = None
+            if channel is None:
                 shape.over_ray.add(index)
                 return
-            channel = await Channel.connect(path)
-        except Exception as error:  # it died meanwhile: the next Ray batch asks again
-            logger.debug("executor %d: no socket (%r)", index, error)
-            return
         finally:
             shape.connecting.discard(index)
         old = shape.channels.pop(index, None)

@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 import ray
 
 from dex_agents_ray import (
@@ -24,15 +23,77 @@ from tests.session.polling import snapshot_when, turn_done
 
 
 async def _kill_executor_during(
-    engine_factory: Any,
-    state_dir: Path,
-    effect: ToolEffect,
-    session_id: str,
-    by_socket: bool,
+    engine_factory: Any, state_dir: Path, effect: ToolEffect, session_id: str
 ) -> tuple[str, int]:
     """Run one gated call of ``effect``, kill its executor at the gate; returns
-    the answer and the killed PID. ``by_socket``: a first turn's call (through
-    Ray) opens the host's socket to the executor, and the gated call goes there."""
+    the answer and the killed PID."""
+    options = AgentSessionOptions(
+        tool_policies={"work": ToolPolicy(effect, requires_approval=False)}
+    )
+    flow = build_flow(
+        state_dir,
+        {"go": [Reply(calls=[Call("c1", "work")]), Reply()]},
+        {"work": "gate"},
+        options=options,
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    FileGate(state_dir, "work-2").release()
+    await sessions.start_session(session_id, "go")
+    pid = await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
+    assert pid != await engine.host(session_id).pid.remote()
+    kill_process(pid)
+    done = await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+    return done.messages[-1].text or "", pid
+
+
+def _entries(state_dir: Path) -> list[str]:
+    return InvocationLog(state_dir / "work.log").entries()
+
+
+async def test_executor_killed_during_a_read_runs_it_again(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    answer, killed = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.READ, "exec-read"
+    )
+
+    assert answer == "work=work done"
+    assert [e.split("/")[1] for e in _entries(state_dir)] == ["1", "2"]
+    # Ray replaced the executor: the retry ran in a new process.
+    assert FileGate(state_dir, "work-2").reached_pids()[0] != killed
+
+
+async def test_executor_killed_during_an_idempotent_write_retries_with_the_same_key(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    answer, _ = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.IDEMPOTENT_WRITE, "exec-idem"
+    )
+
+    assert answer == "work=work done"
+    keys = {e.split("/", 2)[2].rsplit("/", 1)[0] for e in _entries(state_dir)}
+    assert [e.split("/")[1] for e in _entries(state_dir)] == ["1", "2"]
+    assert keys == {"exec-idem/turn-1/c1"}
+
+
+async def test_executor_killed_during_a_single_attempt_write_is_outcome_unknown(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    answer, _ = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.NON_IDEMPOTENT_WRITE, "exec-write"
+    )
+
+    assert answer.startswith("work=The tool call's outcome is unknown")
+    assert TOOL_CALL_NOT_RUN_ERROR_PREFIX not in answer
+    assert len(_entries(state_dir)) == 1
+
+
+async def _kill_executor_during_a_socket_call(
+    engine_factory: Any, state_dir: Path, effect: ToolEffect, session_id: str
+) -> tuple[str, int]:
+    """As ``_kill_executor_during``, with the gated call sent by the executor's
+    socket: a first turn's call (through Ray) makes the host open it."""
     policy = ToolPolicy(effect, requires_approval=False)
     options = AgentSessionOptions(tool_policies={"work": policy, "ping": policy})
     flow = build_flow(
@@ -47,68 +108,53 @@ async def _kill_executor_during(
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
     FileGate(state_dir, "work-2").release()
-    turns = 1
-    if by_socket:
-        await sessions.start_session(session_id, "warm")
-        await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
-        (name,) = [n for n in named_actors(engine.namespace) if n.startswith("dexexec:")]
-        executor = ray.get_actor(name, namespace=engine.namespace)
-        await until(lambda: _connections(executor), "the host's socket to the executor")
-        await sessions.send_user_message(session_id, "go")
-        turns = 2
-    else:
-        await sessions.start_session(session_id, "go")
+    await sessions.start_session(session_id, "warm")
+    await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+    (name,) = [n for n in named_actors(engine.namespace) if n.startswith("dexexec:")]
+    executor = ray.get_actor(name, namespace=engine.namespace)
+
+    async def connected() -> bool:
+        return bool((await executor.stats.remote())["socket_connections"])
+
+    await until(connected, "the host's socket to the executor")
+    await sessions.send_user_message(session_id, "go")
     pid = await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
-    assert pid != await engine.host(session_id).pid.remote()
-    if by_socket:
-        assert (await executor.stats.remote())["socket_calls"] == 1
+    assert (await executor.stats.remote())["socket_calls"] == 1
     kill_process(pid)
-    done = await snapshot_when(sessions, session_id, turn_done(turns), timeout=120)
+    done = await snapshot_when(sessions, session_id, turn_done(2), timeout=120)
     return done.messages[-1].text or "", pid
 
 
-async def _connections(executor: Any) -> bool:
-    return bool((await executor.stats.remote())["socket_connections"])
-
-
-def _entries(state_dir: Path) -> list[str]:
-    return InvocationLog(state_dir / "work.log").entries()
-
-
-@pytest.mark.parametrize("by_socket", [False, True], ids=["ray", "socket"])
-async def test_executor_killed_during_a_read_runs_it_again(
-    engine_factory: Any, state_dir: Path, by_socket: bool
+async def test_executor_killed_during_a_read_sent_by_its_socket_runs_it_again(
+    engine_factory: Any, state_dir: Path
 ) -> None:
-    answer, killed = await _kill_executor_during(
-        engine_factory, state_dir, ToolEffect.READ, "exec-read", by_socket
+    answer, killed = await _kill_executor_during_a_socket_call(
+        engine_factory, state_dir, ToolEffect.READ, "sock-read"
     )
 
     assert answer == "work=work done"
     assert [e.split("/")[1] for e in _entries(state_dir)] == ["1", "2"]
-    # Ray replaced the executor: the retry ran in a new process.
     assert FileGate(state_dir, "work-2").reached_pids()[0] != killed
 
 
-@pytest.mark.parametrize("by_socket", [False, True], ids=["ray", "socket"])
-async def test_executor_killed_during_an_idempotent_write_retries_with_the_same_key(
-    engine_factory: Any, state_dir: Path, by_socket: bool
+async def test_executor_killed_during_an_idempotent_write_sent_by_its_socket_retries(
+    engine_factory: Any, state_dir: Path
 ) -> None:
-    answer, _ = await _kill_executor_during(
-        engine_factory, state_dir, ToolEffect.IDEMPOTENT_WRITE, "exec-idem", by_socket
+    answer, _ = await _kill_executor_during_a_socket_call(
+        engine_factory, state_dir, ToolEffect.IDEMPOTENT_WRITE, "sock-idem"
     )
 
     assert answer == "work=work done"
     keys = {e.split("/", 2)[2].rsplit("/", 1)[0] for e in _entries(state_dir)}
     assert [e.split("/")[1] for e in _entries(state_dir)] == ["1", "2"]
-    assert keys == {f"exec-idem/turn-{2 if by_socket else 1}/c1"}
+    assert keys == {"sock-idem/turn-2/c1"}
 
 
-@pytest.mark.parametrize("by_socket", [False, True], ids=["ray", "socket"])
-async def test_executor_killed_during_a_single_attempt_write_is_outcome_unknown(
-    engine_factory: Any, state_dir: Path, by_socket: bool
+async def test_executor_killed_during_a_single_attempt_write_sent_by_its_socket_is_unknown(
+    engine_factory: Any, state_dir: Path
 ) -> None:
-    answer, _ = await _kill_executor_during(
-        engine_factory, state_dir, ToolEffect.NON_IDEMPOTENT_WRITE, "exec-write", by_socket
+    answer, _ = await _kill_executor_during_a_socket_call(
+        engine_factory, state_dir, ToolEffect.NON_IDEMPOTENT_WRITE, "sock-write"
     )
 
     assert answer.startswith("work=The tool call's outcome is unknown")

@@ -305,6 +305,9 @@ class HostChannels:
                 return
         finally:
             self._connecting.discard(host_name)
+        if self._loop is None:  # closed meanwhile (the engine shut down)
+            channel.close()
+            return
         old = self._channels.pop(host_name, None)
         if old is not None:
             old.close()
@@ -317,16 +320,19 @@ class HostChannels:
             channel.close()
 
     def close(self) -> None:
-        """Close every socket (the engine shuts down), on the engine's loop."""
+        """Close every socket (the engine shuts down), on the engine's loop; later
+        calls go through Ray."""
         channels, self._channels = list(self._channels.values()), {}
         tasks = list(self._tasks)
-        if self._here():
+        here, loop = self._here(), self._loop
+        self._loop = None
+        if here:
             for channel in channels:
                 channel.close()
             for task in tasks:
                 task.cancel()
-        elif self._loop is not None and self._loop.is_running():
+        elif loop is not None and loop.is_running():
             for channel in channels:
-                self._loop.call_soon_threadsafe(channel.close)
+                loop.call_soon_threadsafe(channel.close)
             for task in tasks:
-                self._loop.call_soon_threadsafe(task.cancel)
+                loop.call_soon_threadsafe(task.cancel)

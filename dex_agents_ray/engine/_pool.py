@@ -156,17 +156,22 @@ class ExecutorPool:
         batch = shape.outgoing.pop(index, [])
         if not batch:
             return
-        # The actor call goes out now, not in the task's first step: Steps that
-        # became ready in the same commit (a Step's in-host ``wait_for``) would
-        # otherwise run before it.
         for pending in batch:
             self._definition_refs.setdefault(pending.args[0], pending.args[1][0])
+        # The call goes out now, not in the task's first step: Steps that became
+        # ready in the same commit (a Step's in-host ``wait_for``) would otherwise
+        # run before it.
         channel = shape.channels.get(index)
         if channel is not None and (channel.closed or index in shape.restarting):
             del shape.channels[index]
             channel = None
         if channel is not None:
-            reply = channel.request([(p.args[0], [], *p.args[2:]) for p in batch])
+            try:
+                reply = channel.request([(p.args[0], [], *p.args[2:]) for p in batch])
+            except Exception as error:  # nothing was sent: each attempt fails unstarted
+                for pending in batch:
+                    _resolve(pending, ("error", error))
+                return
             self._spawn(self._deliver_by_channel(shape, index, batch, reply))
             return
         ref = None

@@ -139,3 +139,37 @@ async def test_an_executor_without_the_flow_definition_gets_it_from_the_host(
 
     assert [o.split(":")[0] for o in outputs] == ["0", "1", "2"]
     assert (await _stats(namespace))["socket_calls"] == 3
+
+
+async def test_a_batch_the_socket_cannot_send_fails_its_attempts_unsent() -> None:
+    """A batch that cannot go out by the socket (its request does not pickle)
+    fails each of its attempts with that error, as a refused Ray call does."""
+    import asyncio
+
+    from dex_agents_ray.engine import RayTaskOptions
+    from dex_agents_ray.engine._pool import ExecutorPool
+
+    class _Unsendable:
+        closed = False
+
+        def request(self, request: Any) -> Any:
+            raise TypeError("cannot pickle this request")
+
+    options = RayTaskOptions(num_cpus=0)
+    pool = ExecutorPool("ns", ExecutorPoolOptions(min_executors=1, max_executors=1))
+    shape = pool._shape(options, options.to_json())
+    shape.handles.append(object())
+    shape.in_flight.append(0)
+    shape.channels[0] = _Unsendable()  # type: ignore[assignment]
+    args = ("key", [None], "execute", (b"", {}), "", "host", "flow", "exec", 1)
+    first, _ = pool.submit(options, options.to_json(), args, ("flow", "exec", 1), print)
+    second, _ = pool.submit(options, options.to_json(), args, ("flow", "exec2", 1), print)
+
+    for future in (first, second):
+        try:
+            await asyncio.wait_for(future, 5)
+        except TypeError as error:
+            assert str(error) == "cannot pickle this request"
+        else:
+            raise AssertionError("the attempt did not fail")
+    assert shape.in_flight == [0]

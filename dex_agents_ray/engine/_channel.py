@@ -232,6 +232,19 @@ class Channel:
             self._fail(ChannelClosed("this end closed the channel"))
 
 
+async def open_if_local(node: str, path: str | None, what: str) -> Channel | None:
+    """The socket at ``path`` when its process (``what``) runs on this node, else
+    ``None`` (another node, no socket, a Ray Client driver, a refused connection)."""
+    import ray
+
+    try:
+        here = ray.get_runtime_context().get_node_id()
+        return None if path is None or node != here else await Channel.connect(path)
+    except Exception as error:
+        logger.debug("%s: its socket did not open (%r)", what, error)
+        return None
+
+
 class HostChannels:
     """A client's sockets to the shared hosts of its own node.
 
@@ -286,20 +299,13 @@ class HostChannels:
         task.add_done_callback(self._tasks.discard)
 
     async def _connect(self, host_name: str, handle: Any) -> None:
-        import ray
-
         try:
             try:
                 node, path = await handle.client_channel.remote()
             except Exception as error:  # the host is going away: a later call asks again
                 logger.debug("host %s: no socket address (%r)", host_name, error)
                 return
-            try:
-                here = ray.get_runtime_context().get_node_id()
-                channel = None if path is None or node != here else await Channel.connect(path)
-            except Exception as error:  # a Ray Client driver, another machine
-                logger.debug("host %s: its socket did not open (%r)", host_name, error)
-                channel = None
+            channel = await open_if_local(node, path, f"host {host_name}")
             if channel is None:
                 self._elsewhere.add(host_name)
                 return

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._channel import Channel, ChannelClosed
+from dex_agents_ray.engine._channel import Channel, ChannelClosed, open_if_local
 from dex_agents_ray.engine._executor import (
     CANCELLED,
     AttemptKey,
@@ -195,8 +195,6 @@ class ExecutorPool:
 
     async def _connect(self, shape: _Shape, index: int) -> None:
         """Open the socket of executor ``index`` when it is on this node."""
-        import ray
-
         handle = shape.handles[index]
         try:
             try:
@@ -204,12 +202,7 @@ class ExecutorPool:
             except Exception as error:  # it died meanwhile: the next Ray batch asks again
                 logger.debug("executor %d: no socket address (%r)", index, error)
                 return
-            try:
-                here = ray.get_runtime_context().get_node_id()
-                channel = None if path is None or node != here else await Channel.connect(path)
-            except OSError as error:
-                logger.debug("executor %d: its socket did not open (%r)", index, error)
-                channel = None
+            channel = await open_if_local(node, path, f"executor {index}")
             if channel is None:
                 shape.over_ray.add(index)
                 return

@@ -314,6 +314,54 @@ class Commit:
     """Delete the run's older finished executions, history and RPC responses."""
 
 
+def merge_commits(first: Commit, second: Commit) -> Commit | None:
+    """One commit that leaves the store as ``first`` then ``second`` would, or
+    ``None`` when they cannot share one (another run or epoch, two RPC responses).
+
+    The store applies a commit's deletes before its appends, so a message that
+    ``first`` appends and ``second`` consumes is left out of both, and an
+    Attribute that ``second`` deletes is dropped from ``first``'s upserts.
+    Executions, completions, history and Stream writes keep their order.
+    """
+    if (
+        first.flow_id != second.flow_id
+        or first.epoch != second.epoch
+        or (first.rpc_request is not None and second.rpc_request is not None)
+    ):
+        return None
+    consumed = set(second.message_deletes)
+    dropped = second.attribute_deletes
+    upserts = {k: v for k, v in first.attribute_upserts.items() if k not in dropped}
+    upserts.update(second.attribute_upserts)
+    deletes = (first.attribute_deletes - second.attribute_upserts.keys()) | second.attribute_deletes
+    run: RunRecord | None = first.run
+    active_changed = first.active_steps_changed
+    if second.run is not None:
+        run = second.run
+        active_changed = second.active_steps_changed or (
+            first.run is not None and first.active_steps_changed
+        )
+    return Commit(
+        flow_id=first.flow_id,
+        epoch=first.epoch,
+        run=run,
+        active_steps_changed=active_changed,
+        attribute_upserts=upserts,
+        attribute_deletes=deletes,
+        message_deletes=[*first.message_deletes, *second.message_deletes],
+        message_appends=[
+            *(m for m in first.message_appends if (m.channel, m.message_id) not in consumed),
+            *second.message_appends,
+        ],
+        executions=[*first.executions, *second.executions],
+        completions=[*first.completions, *second.completions],
+        history=[*first.history, *second.history],
+        rpc_request=first.rpc_request if second.rpc_request is None else second.rpc_request,
+        stream_appends=[*first.stream_appends, *second.stream_appends],
+        prune=second.prune if second.prune is not None else first.prune,
+    )
+
+
 @dataclass(kw_only=True)
 class LoadedRun:
     """A run as activation reads it."""

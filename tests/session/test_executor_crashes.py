@@ -23,27 +23,46 @@ from tests.session.polling import snapshot_when, turn_done
 
 
 async def _kill_executor_during(
-    engine_factory: Any, state_dir: Path, effect: ToolEffect, session_id: str
+    engine_factory: Any,
+    state_dir: Path,
+    effect: ToolEffect,
+    session_id: str,
+    *,
+    by_socket: bool = False,
 ) -> tuple[str, int]:
     """Run one gated call of ``effect``, kill its executor at the gate; returns
-    the answer and the killed PID."""
-    options = AgentSessionOptions(
-        tool_policies={"work": ToolPolicy(effect, requires_approval=False)}
-    )
-    flow = build_flow(
-        state_dir,
-        {"go": [Reply(calls=[Call("c1", "work")]), Reply()]},
-        {"work": "gate"},
-        options=options,
-    )
+    the answer and the killed PID. ``by_socket``: the gated call goes by the
+    executor's socket (a first turn's call, through Ray, makes the host open it)."""
+    policy = ToolPolicy(effect, requires_approval=False)
+    options = AgentSessionOptions(tool_policies={"work": policy, "ping": policy})
+    script = {"go": [Reply(calls=[Call("c1", "work")]), Reply()]}
+    if by_socket:
+        script["warm"] = [Reply(calls=[Call("c0", "ping")]), Reply()]
+    flow = build_flow(state_dir, script, {"work": "gate"}, options=options)
     engine = await engine_factory([flow])
     sessions = AgentSessionClient(engine.client, flow)
     FileGate(state_dir, "work-2").release()
-    await sessions.start_session(session_id, "go")
+    executor = None
+    if by_socket:
+        await sessions.start_session(session_id, "warm")
+        await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+        (name,) = [n for n in named_actors(engine.namespace) if n.startswith("dexexec:")]
+        executor = ray.get_actor(name, namespace=engine.namespace)
+
+        async def connected() -> bool:
+            return bool((await executor.stats.remote())["socket_connections"])
+
+        await until(connected, "the host's socket to the executor")
+        await sessions.send_user_message(session_id, "go")
+    else:
+        await sessions.start_session(session_id, "go")
     pid = await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
     assert pid != await engine.host(session_id).pid.remote()
+    if executor is not None:
+        assert (await executor.stats.remote())["socket_calls"] == 1
     kill_process(pid)
-    done = await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
+    turn = 2 if by_socket else 1
+    done = await snapshot_when(sessions, session_id, turn_done(turn), timeout=120)
     return done.messages[-1].text or "", pid
 
 
@@ -89,47 +108,11 @@ async def test_executor_killed_during_a_single_attempt_write_is_outcome_unknown(
     assert len(_entries(state_dir)) == 1
 
 
-async def _kill_executor_during_a_socket_call(
-    engine_factory: Any, state_dir: Path, effect: ToolEffect, session_id: str
-) -> tuple[str, int]:
-    """As ``_kill_executor_during``, with the gated call sent by the executor's
-    socket: a first turn's call (through Ray) makes the host open it."""
-    policy = ToolPolicy(effect, requires_approval=False)
-    options = AgentSessionOptions(tool_policies={"work": policy, "ping": policy})
-    flow = build_flow(
-        state_dir,
-        {
-            "warm": [Reply(calls=[Call("c0", "ping")]), Reply()],
-            "go": [Reply(calls=[Call("c1", "work")]), Reply()],
-        },
-        {"work": "gate"},
-        options=options,
-    )
-    engine = await engine_factory([flow])
-    sessions = AgentSessionClient(engine.client, flow)
-    FileGate(state_dir, "work-2").release()
-    await sessions.start_session(session_id, "warm")
-    await snapshot_when(sessions, session_id, turn_done(1), timeout=120)
-    (name,) = [n for n in named_actors(engine.namespace) if n.startswith("dexexec:")]
-    executor = ray.get_actor(name, namespace=engine.namespace)
-
-    async def connected() -> bool:
-        return bool((await executor.stats.remote())["socket_connections"])
-
-    await until(connected, "the host's socket to the executor")
-    await sessions.send_user_message(session_id, "go")
-    pid = await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
-    assert (await executor.stats.remote())["socket_calls"] == 1
-    kill_process(pid)
-    done = await snapshot_when(sessions, session_id, turn_done(2), timeout=120)
-    return done.messages[-1].text or "", pid
-
-
 async def test_executor_killed_during_a_read_sent_by_its_socket_runs_it_again(
     engine_factory: Any, state_dir: Path
 ) -> None:
-    answer, killed = await _kill_executor_during_a_socket_call(
-        engine_factory, state_dir, ToolEffect.READ, "sock-read"
+    answer, killed = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.READ, "sock-read", by_socket=True
     )
 
     assert answer == "work=work done"
@@ -140,8 +123,8 @@ async def test_executor_killed_during_a_read_sent_by_its_socket_runs_it_again(
 async def test_executor_killed_during_an_idempotent_write_sent_by_its_socket_retries(
     engine_factory: Any, state_dir: Path
 ) -> None:
-    answer, _ = await _kill_executor_during_a_socket_call(
-        engine_factory, state_dir, ToolEffect.IDEMPOTENT_WRITE, "sock-idem"
+    answer, _ = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.IDEMPOTENT_WRITE, "sock-idem", by_socket=True
     )
 
     assert answer == "work=work done"
@@ -153,8 +136,8 @@ async def test_executor_killed_during_an_idempotent_write_sent_by_its_socket_ret
 async def test_executor_killed_during_a_single_attempt_write_sent_by_its_socket_is_unknown(
     engine_factory: Any, state_dir: Path
 ) -> None:
-    answer, _ = await _kill_executor_during_a_socket_call(
-        engine_factory, state_dir, ToolEffect.NON_IDEMPOTENT_WRITE, "sock-write"
+    answer, _ = await _kill_executor_during(
+        engine_factory, state_dir, ToolEffect.NON_IDEMPOTENT_WRITE, "sock-write", by_socket=True
     )
 
     assert answer.startswith("work=The tool call's outcome is unknown")

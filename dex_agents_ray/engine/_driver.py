@@ -257,6 +257,18 @@ class RunDriver(AttemptRunner):
         else:
             future.result()
 
+    async def durable(self) -> None:
+        """Wait until every commit applied so far is durable, without hurrying a
+        held deferred commit (the run's next commit or its linger writes it);
+        raise what its write raised."""
+        future = self._deferred
+        if future is None:
+            return
+        if not future.done():
+            await asyncio.shield(future)
+        else:
+            future.result()
+
     def _hold(self, built: Commit) -> None:
         """Keep the deferred commit ``built`` for up to ``_DEFERRED_LINGER``: the
         run's next commit, almost always the next Step's own result a few
@@ -297,10 +309,10 @@ class RunDriver(AttemptRunner):
         itself, and so do the starts of their first attempts: one commit, not three.
 
         ``deferred``: apply ``tx`` in memory now and write it in the background
-        (only for the commits ``_deferrable`` accepts). Every commit first waits
-        for the previous deferred one, so the store sees the run's commits in
-        order, and a failed deferred write fails every later commit of this
-        driver (the host reloads the run from the store).
+        (only for the commits ``_deferrable`` accepts) when it starts an in-host
+        Step. Every commit first waits for the previous deferred one, so the
+        store sees the run's commits in order, and a failed deferred write fails
+        every later commit of this driver (the host reloads the run from the store).
         """
         if self._held is None or replace_run:
             await self.settle_deferred()
@@ -325,7 +337,15 @@ class RunDriver(AttemptRunner):
                 held = None
             else:
                 write = merged
-        if deferred and isinstance(tx, Tx) and not replace_run:
+        # A deferred commit that starts nothing in this host has nothing to let
+        # run early: it is written at once.
+        if (
+            deferred
+            and isinstance(tx, Tx)
+            and not replace_run
+            and not tx.closed
+            and (premarked or any(r.remote is None for r in tx.new_execs))
+        ):
             self.state.apply(built)
             self._premarked.update(premarked)
             if held is None:

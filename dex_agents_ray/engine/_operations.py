@@ -188,6 +188,8 @@ async def _commit_rpc(
     if not has_effects:
         # Nothing to apply, so nothing to remember: a retry with the same
         # request ID runs the handler again, which is as safe as the first run.
+        # What it read is durable before it answers (a deferred commit may not be).
+        await driver.durable()
         return output
     async with driver.commit_lock:
         if not driver.state.is_running:

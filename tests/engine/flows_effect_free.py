@@ -102,6 +102,11 @@ class EffectFreeChain(Flow[Chain]):
     def get_steps(self) -> StepList[Chain]:
         return StepList.start_step(EffectFreeFirst()).other_steps(Second())
 
+    @dex.rpc
+    def ping(self, context: dex.Context) -> dex.RPCResult[str]:
+        """Reads the run (changes nothing)."""
+        return dex.RPCResult("pong")
+
 
 class PlainChain(Flow[Chain]):
     def get_steps(self) -> StepList[Chain]:

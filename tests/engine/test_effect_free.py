@@ -7,6 +7,7 @@ and looks at what ``Second`` saw in the store when it started.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,31 @@ async def test_an_effect_free_step_hands_over_before_its_completion_is_durable(
     history = await engine.client.read_step_history("ef-1")
     completed = [h.step_execution_id for h in history if h.event == "step_completed"]
     assert completed == ["EffectFreeFirst-1", "Second-1"]
+
+
+async def test_a_reading_rpc_answers_once_a_deferred_completion_is_durable(
+    engine_factory: Any, state_dir: Path, store_path: Path
+) -> None:
+    """An RPC reads the run in memory, where a deferred completion already is:
+    it answers only once that completion is durable. (While the write lock is
+    held it cannot answer; the bounded wait below can only make a wrong engine
+    pass, never a right one fail.)"""
+    flow = EffectFreeChain()
+    engine = await engine_factory([flow])
+    _release(state_dir, "first-done-1")
+    await engine.client.start_flow(flow, "ef-rpc", Chain(str(state_dir), str(store_path)))
+    await FileGate(state_dir, "first-1").wait_until_reached()
+
+    with _writes_held(store_path):
+        _release(state_dir, "first-1")
+        await FileGate(state_dir, "second-1").wait_until_reached()
+        ping = asyncio.ensure_future(engine.client.invoke_rpc(flow.ping, "ef-rpc"))
+        done, _ = await asyncio.wait({ping}, timeout=2)
+        assert not done
+    assert await ping == "pong"
+    _release(state_dir, "second-1")
+    result = await engine.client.wait_for_flow("ef-rpc", timeout=60)
+    assert result.status is FlowStatus.COMPLETED
 
 
 async def test_a_step_that_is_not_effect_free_hands_over_once_its_completion_is_durable(

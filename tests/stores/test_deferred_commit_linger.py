@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import SqliteStoreConfig, StaleEpochError
 from dex_agents_ray.engine._driver import RunDriver
@@ -32,7 +33,7 @@ class _Counting:
 
     async def commit(self, commit: Commit, *, replace_run: bool = False) -> list[int]:
         offsets = await self._store.commit(commit, replace_run=replace_run)
-        self.writes.append([h.event for h in commit.history])
+        self.writes.append([h.event for h in commit.history if h.event != "step_scheduled"])
         self.wrote.set()
         return offsets
 
@@ -58,15 +59,19 @@ async def _driver(store: FlowStore, flow_id: str) -> tuple[RunDriver, _Counting]
 
 
 async def _commit(driver: RunDriver, event: str, *, deferred: bool = False) -> None:
+    """A commit that records ``event`` and starts a Step in this host, as an
+    effect-free Step's completion does (a deferred commit that starts nothing is
+    written at once). The Step's first try is an hour away: nothing runs it here."""
     tx = driver.tx()
     tx.history("Step-1", event, {})
     tx.commit.attribute_upserts[event] = event.encode()
+    tx.create(pb.StepMovement(step_type="Later"), None, from_exec_id="", not_before=tx.now + 3600)
     async with driver.commit_lock:
         await driver.commit(tx, deferred=deferred)
 
 
 async def _history(store: FlowStore, flow_id: str) -> list[str]:
-    return [h.event for h in await store.history(flow_id)]
+    return [h.event for h in await store.history(flow_id) if h.event != "step_scheduled"]
 
 
 async def test_a_deferred_commit_rides_in_the_next_commits_transaction(tmp_path: Path) -> None:
@@ -82,6 +87,7 @@ async def test_a_deferred_commit_rides_in_the_next_commits_transaction(tmp_path:
         assert not driver.writing
         await driver.settle_deferred()
         assert await _history(store, "r") == ["first", "second", "third"]
+        await driver.stop()
 
 
 async def test_a_held_commit_is_written_alone_when_its_linger_ends(tmp_path: Path) -> None:
@@ -93,6 +99,7 @@ async def test_a_held_commit_is_written_alone_when_its_linger_ends(tmp_path: Pat
         await driver.settle_deferred()
         assert counting.writes == [["first"]]
         assert await _history(store, "r") == ["first"]
+        await driver.stop()
 
 
 async def test_settling_a_held_commit_writes_it_at_once(tmp_path: Path) -> None:
@@ -107,6 +114,7 @@ async def test_settling_a_held_commit_writes_it_at_once(tmp_path: Path) -> None:
 
         assert counting.writes == [["first"]] and not driver.writing
         assert await _history(store, "r") == ["first"]
+        await driver.stop()
 
 
 async def test_a_refused_merged_write_fails_both_commits_and_makes_the_driver_stale(
@@ -124,3 +132,16 @@ async def test_a_refused_merged_write_fails_both_commits_and_makes_the_driver_st
         with pytest.raises(StaleEpochError):
             await driver.settle_deferred()
         assert await _history(store, "r") == []
+        await driver.stop()
+
+
+async def test_a_deferred_commit_that_starts_nothing_is_written_at_once(tmp_path: Path) -> None:
+    async with opened(SqliteStoreConfig(path=str(tmp_path / "s.db"))) as store:
+        driver, counting = await _driver(store, "r")
+        tx = driver.tx()
+        tx.history("Step-1", "alone", {})
+        async with driver.commit_lock:
+            await driver.commit(tx, deferred=True)
+
+        assert counting.writes == [["alone"]] and not driver.writing
+        await driver.stop()

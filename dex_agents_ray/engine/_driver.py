@@ -249,13 +249,7 @@ class RunDriver(AttemptRunner):
     async def settle_deferred(self) -> None:
         """Wait until the last deferred commit is durable; raise what its write raised."""
         self._release_held()
-        future = self._deferred
-        if future is None:
-            return
-        if not future.done():
-            await asyncio.shield(future)
-        else:
-            future.result()
+        await self.durable()
 
     async def durable(self) -> None:
         """Wait until every commit applied so far is durable, without hurrying a

@@ -209,12 +209,15 @@ class RunDriver(AttemptRunner):
 
     @property
     def busy(self) -> bool:
-        """Whether the run is about to do more on its own: an attempt in flight, or
-        an active Step that does more than wait."""
-        if self._live or self.writing:
+        """Whether the run is about to write more Stream records on its own (a long
+        poll gathers them into one answer): a deferred commit's write in flight, or
+        a Step whose ``execute`` is pending or running. A Step that only evaluates
+        its ``wait_for`` is not: the turn's last events answer without waiting for
+        the next Step's wait to be stored."""
+        if self.writing:
             return True
         return self.state.is_running and any(
-            record.status is not ExecStatus.WAITING for record in self.state.execs.values()
+            record.status is ExecStatus.READY for record in self.state.execs.values()
         )
 
     def _notify(self) -> None:

@@ -530,10 +530,10 @@ class StepHooks:
 
     async def tool(self, fn: Execute, step: Any, context: AsyncContext, input: Any) -> StepDecision:
         """A tool Step attempt: its ``execute_tool`` span is current while the tool runs."""
-        record = AGENT_TOOL_CALLS.get(context, input)
-        live = self._live() and record is not None
+        # The record is read (decoded) only for what needs it: a span, the metrics.
+        record = AGENT_TOOL_CALLS.get(context, input) if self._live() else None
         span = token = None
-        if live and record is not None:
+        if record is not None:
             span = self._start_tool_span(step, context, record)
             token = self.tracer.attach(span) if span is not None else None
         start = time.monotonic()
@@ -547,7 +547,9 @@ class StepHooks:
             if token is not None:
                 self.tracer.detach(token)
             try:
-                after = AGENT_TOOL_CALLS.get(context, input)
+                after = None
+                if span is not None or self.metrics is not None:
+                    after = AGENT_TOOL_CALLS.get(context, input)
                 if span is not None:
                     self._end_tool_span(span, after, error)
                 if self.metrics is not None and after is not None and after.is_final:

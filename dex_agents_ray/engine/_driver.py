@@ -31,6 +31,7 @@ from dex_agents_ray.engine._attempts import (
     stage_start,
 )
 from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine._deferred import DeferredCommits, fail
 from dex_agents_ray.engine._effect_free import is_effect_free
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._invoke import StepResult
@@ -56,9 +57,6 @@ from dex_agents_ray.engine._streams import StreamBuffer
 from dex_agents_ray.engine._waits import next_timer_at, timer_fire_times
 
 logger = logging.getLogger("dex_agents_ray.engine")
-
-_DEFERRED_LINGER = 0.005
-"""Seconds a deferred commit waits for the run's next commit to share its write."""
 
 _FAIL_PROCEED = pb.EXECUTE_METHOD_FAILURE_POLICY_PROCEED_TO_CONFIGURED_STEP
 _WAIT_FOR_PROCEED = pb.WAIT_FOR_METHOD_FAILURE_POLICY_PROCEED_ON_FAILURE
@@ -111,13 +109,10 @@ class RunDriver(AttemptRunner):
         """Executions whose attempt-1 start this incarnation recorded before running it."""
         self._finished: list[_Finished] = []
         """Successful attempts waiting for their commit (see ``_commit_finished``)."""
-        self._deferred: asyncio.Future[None] | None = None
-        """Resolved once the last deferred commit is durable (see ``commit``)."""
-        self._held: Commit | None = None
-        """A deferred commit not yet handed to the store (it lingers for the next)."""
-        self._held_timer: asyncio.TimerHandle | None = None
-        self._writes: set[asyncio.Task[None]] = set()
-        """Deferred commits being written on their own."""
+        self._deferred = DeferredCommits(
+            lambda built: self._store_commit(built, applied=True), self._deferred_written
+        )
+        """Effect-free completions applied in memory, written later (see ``commit``)."""
         self.waiters = 0
         """Client calls in progress (starts, RPCs, stops, ``wait_closed`` long polls)."""
 
@@ -143,13 +138,13 @@ class RunDriver(AttemptRunner):
             live.kill()
         # A held deferred commit is written, not dropped (a stale driver's is
         # refused by the store): its write goes on while the rest is cancelled.
-        self._release_held()
+        writes = asyncio.ensure_future(self._deferred.stop())
         tasks = [*self._tasks.values(), *self._background]
         if self._evaluating is not None:
             tasks.append(self._evaluating)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, *self._writes, return_exceptions=True)
+        await asyncio.gather(*tasks, writes, return_exceptions=True)
 
     def changed(self) -> asyncio.Future[None]:
         """A future resolved at the next applied commit."""
@@ -246,55 +241,18 @@ class RunDriver(AttemptRunner):
 
     @property
     def writing(self) -> bool:
-        """Whether a deferred commit's write is still in flight."""
-        return self._deferred is not None and not self._deferred.done()
+        """Whether a deferred commit is held or its write is still in flight."""
+        return self._deferred.writing
 
     async def settle_deferred(self) -> None:
         """Wait until the last deferred commit is durable; raise what its write raised."""
-        self._release_held()
-        await self.durable()
+        await self._deferred.settle()
 
     async def durable(self) -> None:
         """Wait until every commit applied so far is durable, without hurrying a
         held deferred commit (the run's next commit or its linger writes it);
         raise what its write raised."""
-        future = self._deferred
-        if future is None:
-            return
-        if not future.done():
-            await asyncio.shield(future)
-        else:
-            future.result()
-
-    def _hold(self, built: Commit) -> None:
-        """Keep the deferred commit ``built`` for up to ``_DEFERRED_LINGER``: the
-        run's next commit, almost always the next Step's own result a few
-        milliseconds later, takes it into its transaction (one write and fsync
-        instead of two); otherwise it is written alone when the linger ends."""
-        loop = asyncio.get_running_loop()
-        self._held = built
-        self._deferred = loop.create_future()
-        self._deferred.add_done_callback(_retrieve)
-        self._held_timer = loop.call_later(_DEFERRED_LINGER, self._release_held)
-
-    def _take_held(self) -> Commit | None:
-        if self._held_timer is not None:
-            self._held_timer.cancel()
-            self._held_timer = None
-        held, self._held = self._held, None
-        return held
-
-    def _release_held(self) -> None:
-        """Hand the held deferred commit to the store now (its linger ended, or an
-        attempt, a commit or passivation needs it durable)."""
-        held = self._take_held()
-        if held is None:
-            return
-        assert self._deferred is not None
-        task = asyncio.get_running_loop().create_task(self._write_deferred(held, self._deferred))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-        task.add_done_callback(_retrieve)
+        await self._deferred.durable()
 
     async def commit(
         self, tx: Tx | Commit, *, replace_run: bool = False, deferred: bool = False
@@ -311,7 +269,7 @@ class RunDriver(AttemptRunner):
         store sees the run's commits in order, and a failed deferred write fails
         every later commit of this driver (the host reloads the run from the store).
         """
-        if self._held is None or replace_run:
+        if self._deferred.held is None or replace_run:
             await self.settle_deferred()
         if isinstance(tx, Tx) and self._may_satisfy_waits(tx):
             tx.satisfy_waits(tx.now)
@@ -325,7 +283,7 @@ class RunDriver(AttemptRunner):
                 keep_finished_executions=self._retention.keep_finished_executions,
                 keep_rpc_requests=self._retention.keep_rpc_requests,
             )
-        held = self._held
+        held = self._deferred.held
         write = built
         if held is not None:
             merged = merge_commits(held, built)
@@ -346,22 +304,20 @@ class RunDriver(AttemptRunner):
             self.state.apply(built)
             self._premarked.update(premarked)
             if held is None:
-                self._hold(built)
+                self._deferred.hold(built)
             else:
-                self._held = write  # joins the held commit; its linger goes on
+                self._deferred.join(write)  # its linger goes on
             self._after(tx)
             return built
         if held is None:
             offsets = await self._store_commit(built, replace_run=replace_run)
         else:
             # The held deferred commit rides in this one's transaction.
-            done = self._deferred
-            assert done is not None
-            self._take_held()
+            done = self._deferred.take()
             try:
                 offsets = await self._store_commit(write, applied=True)
             except BaseException as error:
-                _fail(done, error)
+                fail(done, error)
                 raise
             head = len(held.stream_appends)
             if held.stream_appends:
@@ -403,16 +359,10 @@ class RunDriver(AttemptRunner):
             self._on_store_down()
             raise
 
-    async def _write_deferred(self, built: Commit, done: asyncio.Future[None]) -> None:
-        try:
-            offsets = await self._store_commit(built, applied=True)
-        except BaseException as error:
-            _fail(done, error)
-            raise
+    def _deferred_written(self, built: Commit, offsets: list[int]) -> None:
+        """A deferred commit written on its own is durable."""
         if built.stream_appends:
             self.streams.written(self.flow_id, built.stream_appends, offsets)
-        if not done.done():
-            done.set_result(None)
         self._notify()
 
     @staticmethod
@@ -823,23 +773,6 @@ class RunDriver(AttemptRunner):
         if when is not None:
             delay = max(0.0, when - clock.now()) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
-
-
-def _fail(done: asyncio.Future[None], error: BaseException) -> None:
-    """The deferred commit's write failed (or was cancelled) with ``error``."""
-    if done.done():
-        return
-    if isinstance(error, asyncio.CancelledError):
-        done.cancel()
-    else:
-        done.set_exception(error)
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    """Mark a deferred write's error retrieved: ``settle_deferred`` raises it to
-    the run's next commit, and the store's error handlers have logged it."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _events(response: Any) -> dict[str, Any]:

@@ -108,6 +108,8 @@ class _HostLink:
     """
 
     handle: Any
+    name: str
+    """The host's name as its dispatches give it (its incarnation's own)."""
     acks: list[tuple[AttemptKey, asyncio.Future[bool]]] = field(default_factory=list)
     acking: bool = False
     early: dict[AttemptKey, asyncio.Future[bool]] = field(default_factory=dict)
@@ -277,7 +279,7 @@ class StepExecutor:
         if link is None:
             return
         try:
-            await link.handle.executor_results.remote(results)
+            await link.handle.executor_results.remote(results, link.name)
         except Exception as error:  # the host died: nobody waits for these
             logger.debug("executor: %d result(s) dropped: %s", len(results), error)
 
@@ -370,9 +372,11 @@ class StepExecutor:
         if link is None:
             import ray
 
-            # A handle found by name reaches the host's next incarnation too.
-            # ``host_name`` is "<actor name>#<actor ID>": a host re-created under the
-            # same name (a dedicated host after passivation) gets a link of its own.
+            # A handle found by name reaches the host's next incarnation too, so
+            # every call about attempts says which incarnation sent them (the host
+            # refuses another's). ``host_name`` is "<actor name>#<actor ID>#<its
+            # incarnation>": a host re-created under the same name (a dedicated
+            # host after passivation) or restarted by Ray gets a link of its own.
             name = host_name.split("#", 1)[0]
             handle = await asyncio.to_thread(ray.get_actor, name, self._namespace)
             link = self._links.get(host_name)
@@ -380,7 +384,7 @@ class StepExecutor:
                 if len(self._links) >= _MAX_IDLE_LINKS:
                     for name in [n for n, v in self._links.items() if v.idle()]:
                         del self._links[name]
-                link = self._links[host_name] = _HostLink(handle)
+                link = self._links[host_name] = _HostLink(handle, host_name)
         return link
 
     def _acknowledge(
@@ -423,7 +427,9 @@ class StepExecutor:
                 batch, link.acks = link.acks, []
                 self._acks_sent += len(batch)
                 try:
-                    answers = await link.handle.ack_remote_starts.remote([k for k, _ in batch])
+                    answers = await link.handle.ack_remote_starts.remote(
+                        [k for k, _ in batch], link.name
+                    )
                 except Exception as error:
                     for _, future in batch:
                         if not future.done():
@@ -450,7 +456,7 @@ class StepExecutor:
             if not batch:
                 return
             try:
-                await link.handle.remote_frames.remote(batch)
+                await link.handle.remote_frames.remote(batch, link.name)
             except Exception as error:  # the host died: its attempts are over
                 logger.debug("executor: %d frame(s) dropped: %s", len(batch), error)
 
@@ -490,7 +496,9 @@ class StepExecutor:
             if link is None:
                 continue
             try:
-                live = await asyncio.wait_for(link.handle.live_attempts.remote(keys), timeout=30)
+                live = await asyncio.wait_for(
+                    link.handle.live_attempts.remote(keys, link.name), timeout=30
+                )
             except TimeoutError:
                 continue  # a busy host is not a dead one
             except Exception:

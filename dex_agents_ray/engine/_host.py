@@ -15,6 +15,7 @@ import inspect
 import logging
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -88,6 +89,10 @@ class FlowHost:
         import ray
 
         self._actor_id = ray.get_runtime_context().get_actor_id()
+        # Ray restarts a dead host under the same actor ID, so an executor's handle
+        # to the old incarnation reaches this one: the name this incarnation gives
+        # its dispatches ends with a suffix of its own (see ``_from_here``).
+        self._suffix = f"#{self._actor_id}#{uuid.uuid4().hex[:12]}"
         self._reloading: dict[str, asyncio.Task[None]] = {}
         self._resume: asyncio.Task[Any] | None = None
         tune_collector()
@@ -211,7 +216,7 @@ class FlowHost:
             on_stale=lambda: self._count_refusal(flow_id),
             pool=self._pool,
             # The actor ID tells an executor a re-created host (same name) from the old one.
-            host_name=f"{self._config.placement.host_name(flow_id)}#{self._actor_id}",
+            host_name=f"{self._config.placement.host_name(flow_id)}{self._suffix}",
             on_store_down=lambda: self._reload_later(flow_id),
             retention=self._config.retention,
         )
@@ -367,8 +372,12 @@ class FlowHost:
         if driver is not None:
             driver.on_frame(exec_id, attempt, decode_frame(kind, payload))
 
-    async def remote_frames(self, frames: list[tuple[str, str, int, str, bytes]]) -> None:
+    async def remote_frames(
+        self, frames: list[tuple[str, str, int, str, bytes]], host_name: str | None = None
+    ) -> None:
         """Heartbeats and Stream writes from an executor, in the order they happened."""
+        if not self._from_here(host_name):
+            return
         for flow_id, exec_id, attempt, kind, payload in frames:
             await self.remote_frame(flow_id, exec_id, attempt, kind, payload)
 
@@ -399,12 +408,27 @@ class FlowHost:
         executor (``[]`` if none): a call that came by the socket carries none."""
         return self._pool.definition_box(key)
 
-    def executor_results(self, results: list[tuple[tuple[str, str, int], Any]]) -> None:
-        """Outcomes of attempts an executor finished ahead of its batch."""
-        self._pool.deliver(results)
+    def _from_here(self, host_name: str | None) -> bool:
+        """Whether an executor's call concerns attempts this incarnation dispatched
+        (``host_name``: the name they were sent with; ``None``: not said). A
+        call about an earlier incarnation's attempt is refused: its attempt key
+        (run, execution, attempt number) may name one this incarnation sent
+        again after reloading the run, and must not pass for it."""
+        return host_name is None or host_name.endswith(self._suffix)
 
-    async def ack_remote_starts(self, attempts: list[tuple[str, str, int]]) -> list[bool]:
+    def executor_results(
+        self, results: list[tuple[tuple[str, str, int], Any]], host_name: str | None = None
+    ) -> None:
+        """Outcomes of attempts an executor finished ahead of its batch."""
+        if self._from_here(host_name):
+            self._pool.deliver(results)
+
+    async def ack_remote_starts(
+        self, attempts: list[tuple[str, str, int]], host_name: str | None = None
+    ) -> list[bool]:
         """Start acknowledgements from an executor: one commit per run."""
+        if not self._from_here(host_name):
+            return [False] * len(attempts)
         by_run: dict[str, list[int]] = {}
         for index, (flow_id, _, _) in enumerate(attempts):
             by_run.setdefault(flow_id, []).append(index)
@@ -421,9 +445,13 @@ class FlowHost:
         await asyncio.gather(*(one_run(f, i) for f, i in by_run.items()))
         return answers
 
-    def live_attempts(self, attempts: list[tuple[str, str, int]]) -> list[bool]:
+    def live_attempts(
+        self, attempts: list[tuple[str, str, int]], host_name: str | None = None
+    ) -> list[bool]:
         """Whether each (flow ID, execution ID, attempt) is still running for this host;
         executors cancel the calls that are not (their host died or moved on)."""
+        if not self._from_here(host_name):
+            return [False] * len(attempts)
         live = []
         for flow_id, exec_id, attempt in attempts:
             driver = self._drivers.get(flow_id)

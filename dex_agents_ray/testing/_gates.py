@@ -87,6 +87,11 @@ class FileGate:
         """Open the gate for every waiter, now and later."""
         self._released.touch()
 
+    def close(self) -> None:
+        """Close the gate again: later arrivals wait for the next ``release``
+        (arrivals so far still count in ``times_reached``)."""
+        self._released.unlink(missing_ok=True)
+
 
 class InvocationLog:
     """Counts real invocations of named actions across processes (an append-only file)."""

@@ -133,3 +133,44 @@ async def test_host_killed_while_remote_step_runs_kills_the_task_and_retries(
     history = await engine.client.read_step_history("remote-5")
     failed = [h for h in history if h.event == "attempt_failed"]
     assert [f.detail["error_type"] for f in failed] == ["HostDiedError"]
+
+
+async def test_an_acknowledgement_from_before_a_host_restart_never_starts_the_attempt(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """A single-attempt Step's executor holds its start acknowledgement while the
+    host dies; Ray restarts the host (same actor ID), which reloads the run and
+    sends attempt 1 again. The first call came by the host's socket, so it
+    outlives the host, and its acknowledgement then reaches the new incarnation
+    through the same Ray handle: it is refused, and user code runs once."""
+    from dex_agents_ray.testing import kill_flow_actor
+
+    flow = CrashFlow()
+    engine = await engine_factory([flow])
+    ack = FileGate(state_dir, "ack")
+    env = gate_before_ack_env(str(state_dir), "ack")
+    # A first run on the same executor: its answer opens the host's socket to it.
+    warm, main = state_dir / "warm", state_dir / "main"
+    for directory in (warm, main):
+        FileGate(directory, "work-1").release()
+    ack.release()
+    await engine.client.start_flow(
+        flow, "remote-warm", Job(str(warm), attempts=1, remote=True, env=env)
+    )
+    assert (await engine.client.wait_for_flow("remote-warm", timeout=90)).completions
+    ack.close()
+    await engine.client.start_flow(
+        flow, "remote-restart", Job(str(main), attempts=1, remote=True, env=env)
+    )
+    await ack.wait_until_reached(times=2, timeout=120)
+    await kill_flow_actor(engine, "remote-restart")
+    await ack.wait_until_reached(times=3, timeout=120)  # attempt 1, sent again
+    ack.release()
+
+    result = await engine.client.wait_for_flow("remote-restart", timeout=90)
+
+    assert result.completions[0].decode(list[str]) == ["attempt-1"]
+    assert InvocationLog(main / "work.log").entries() == ["Work-1/1"]
+    history = await engine.client.read_step_history("remote-restart")
+    started = [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
+    assert len(started) == 1

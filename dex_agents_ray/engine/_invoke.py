@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import inspect
 import math
-import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from dex.dexpb import dex_pb2 as pb
 from dex.runtime_errors import InvalidStepResultError, ValueMappingError
 from dex.step import StepMovement, StepOutput
 
+from dex_agents_ray.engine._handler_threads import handler_threads
 from dex_agents_ray.engine._immutable import deeply_immutable
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
@@ -538,7 +538,7 @@ async def _run_sync(call: Callable[[], Any], mapper: FlowMapper, sink: FrameSink
         else:
             loop.call_soon_threadsafe(_settle, done, value, None)
 
-    threading.Thread(target=thread_main, name="dex-sync-handler", daemon=True).start()
+    handler_threads.submit(thread_main)
     return await done
 
 

@@ -215,7 +215,7 @@ class FlowHost:
             streams=self._streams,
             on_stale=lambda: self._count_refusal(flow_id),
             pool=self._pool,
-            # The actor ID tells an executor a re-created host (same name) from the old one.
+            # The suffix tells an executor a re-created or restarted host from the old one.
             host_name=f"{self._config.placement.host_name(flow_id)}{self._suffix}",
             on_store_down=lambda: self._reload_later(flow_id),
             retention=self._config.retention,

@@ -46,14 +46,25 @@ def _release(state_dir: Path, *names: str) -> None:
         FileGate(state_dir, name).release()
 
 
+async def _at_first_step(
+    engine_factory: Any, flow: Any, flow_id: str, chain: Chain, *released: str
+) -> Any:
+    """Start ``flow_id`` with the gates ``released`` open; return the engine once
+    the first Step waits at its gate ``first-1``."""
+    engine = await engine_factory([flow])
+    _release(Path(chain.state_dir), *released)
+    await engine.client.start_flow(flow, flow_id, chain)
+    await FileGate(chain.state_dir, "first-1").wait_until_reached()
+    return engine
+
+
 async def test_an_effect_free_step_hands_over_before_its_completion_is_durable(
     engine_factory: Any, state_dir: Path, store_path: Path
 ) -> None:
     flow = EffectFreeChain()
-    engine = await engine_factory([flow])
-    _release(state_dir, "first-done-1")
-    await engine.client.start_flow(flow, "ef-1", Chain(str(state_dir), str(store_path)))
-    await FileGate(state_dir, "first-1").wait_until_reached()
+    engine = await _at_first_step(
+        engine_factory, flow, "ef-1", Chain(str(state_dir), str(store_path)), "first-done-1"
+    )
 
     with _writes_held(store_path):
         _release(state_dir, "first-1")
@@ -81,10 +92,9 @@ async def test_a_reading_rpc_answers_once_a_deferred_completion_is_durable(
     held it cannot answer; the bounded wait below can only make a wrong engine
     pass, never a right one fail.)"""
     flow = EffectFreeChain()
-    engine = await engine_factory([flow])
-    _release(state_dir, "first-done-1")
-    await engine.client.start_flow(flow, "ef-rpc", Chain(str(state_dir), str(store_path)))
-    await FileGate(state_dir, "first-1").wait_until_reached()
+    engine = await _at_first_step(
+        engine_factory, flow, "ef-rpc", Chain(str(state_dir), str(store_path)), "first-done-1"
+    )
 
     with _writes_held(store_path):
         _release(state_dir, "first-1")
@@ -102,10 +112,14 @@ async def test_a_step_that_is_not_effect_free_hands_over_once_its_completion_is_
     engine_factory: Any, state_dir: Path, store_path: Path
 ) -> None:
     flow = PlainChain()
-    engine = await engine_factory([flow])
-    _release(state_dir, "first-done-1", "second-1")
-    await engine.client.start_flow(flow, "plain-1", Chain(str(state_dir), str(store_path)))
-    await FileGate(state_dir, "first-1").wait_until_reached()
+    engine = await _at_first_step(
+        engine_factory,
+        flow,
+        "plain-1",
+        Chain(str(state_dir), str(store_path)),
+        "first-done-1",
+        "second-1",
+    )
 
     with _writes_held(store_path):
         _release(state_dir, "first-1")
@@ -123,11 +137,10 @@ async def test_a_last_attempt_after_an_effect_free_step_waits_for_its_durable_st
     engine_factory: Any, state_dir: Path, store_path: Path
 ) -> None:
     flow = EffectFreeChain()
-    engine = await engine_factory([flow])
-    _release(state_dir, "first-done-1", "second-1")
     chain = Chain(str(state_dir), str(store_path), second_attempts=1)
-    await engine.client.start_flow(flow, "ef-last", chain)
-    await FileGate(state_dir, "first-1").wait_until_reached()
+    engine = await _at_first_step(
+        engine_factory, flow, "ef-last", chain, "first-done-1", "second-1"
+    )
 
     with _writes_held(store_path):
         _release(state_dir, "first-1")
@@ -142,10 +155,15 @@ async def test_a_host_killed_before_the_completion_lands_redoes_the_effect_free_
     engine_factory: Any, state_dir: Path, store_path: Path
 ) -> None:
     flow = EffectFreeChain()
-    engine = await engine_factory([flow])
-    _release(state_dir, "first-done-1", "first-done-2", "first-2")
-    await engine.client.start_flow(flow, "ef-kill", Chain(str(state_dir), str(store_path)))
-    await FileGate(state_dir, "first-1").wait_until_reached()
+    engine = await _at_first_step(
+        engine_factory,
+        flow,
+        "ef-kill",
+        Chain(str(state_dir), str(store_path)),
+        "first-done-1",
+        "first-done-2",
+        "first-2",
+    )
 
     with _writes_held(store_path):
         _release(state_dir, "first-1")

@@ -23,6 +23,7 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NotRequired, Protocol, TypedDict
 
@@ -151,6 +152,23 @@ def _pss_mb(pids: list[int]) -> float:
     return total
 
 
+async def _warm_up(system: PeerSystem) -> float:
+    """The untimed warm-up sessions; returns the peak RSS after them."""
+    for i in range(WARMUP_SESSIONS):
+        await system.session(f"warm-{i}")
+    return peak_rss_mb()
+
+
+def _helpers(system: PeerSystem) -> list[int]:
+    """The processes that run the system's steps (their CPU counts)."""
+    found: list[int] = getattr(system, "helper_processes", list)()
+    return found
+
+
+def _cpu_s(helpers: list[int]) -> float:
+    return time.process_time() + _process_cpu_s(helpers)
+
+
 async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[str, Any]:
     """Run one job on an open system and return its figures.
 
@@ -160,9 +178,7 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
             runs that many sessions at once (``sessions`` is then unused).
         sessions: Sequential sessions timed at C=1.
     """
-    for i in range(WARMUP_SESSIONS):
-        await system.session(f"warm-{i}")
-    rss_after_warmup = peak_rss_mb()
+    rss_after_warmup = await _warm_up(system)
     latencies: list[float] = []
 
     async def timed(session_id: str) -> None:
@@ -171,9 +187,8 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
         latencies.append(time.perf_counter() - start)
 
     count = sessions if concurrency == 1 else concurrency
-    # A system whose Steps run in other processes names them (their CPU counts).
-    helpers: list[int] = getattr(system, "helper_processes", list)()
-    cpu_start = time.process_time() + _process_cpu_s(helpers)
+    helpers = _helpers(system)
+    cpu_start = _cpu_s(helpers)
     wall_start = time.perf_counter()
     if concurrency == 1:
         for i in range(count):
@@ -181,8 +196,53 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
     else:
         await asyncio.gather(*(timed(f"s-{i}") for i in range(count)))
     wall = time.perf_counter() - wall_start
-    helpers = sorted(set(helpers) | set(getattr(system, "helper_processes", list)()))
-    cpu = time.process_time() + _process_cpu_s(helpers) - cpu_start
+    helpers = sorted(set(helpers) | set(_helpers(system)))
+    cpu = _cpu_s(helpers) - cpu_start
+    return _figures(system, concurrency, latencies, wall, cpu, helpers, rss_after_warmup)
+
+
+async def measure_paced(
+    system: PeerSystem,
+    next_command: Callable[[], Awaitable[str]],
+    report: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """A C=1 job whose sessions start when told: for pairing with another system.
+
+    After the warm-up ``report`` gets ``{"ready": True}``; then each ``"go"`` from
+    ``next_command`` runs one timed session and reports ``{"session_ms": ...}``,
+    and anything else ends the job. Two paced jobs whose sessions alternate, one
+    at a time, see the same state of a noisy machine within a second of each
+    other. CPU counts the timed sessions only; steps/s is the steps over the
+    sessions' own time.
+    """
+    rss_after_warmup = await _warm_up(system)
+    report({"ready": True})
+    latencies: list[float] = []
+    cpu = 0.0
+    helpers = _helpers(system)
+    while await next_command() == "go":
+        cpu_start = _cpu_s(helpers)
+        start = time.perf_counter()
+        await system.session(f"s-{len(latencies)}")
+        latencies.append(time.perf_counter() - start)
+        cpu += _cpu_s(helpers) - cpu_start
+        report({"session_ms": latencies[-1] * 1e3})
+    if not latencies:
+        raise ValueError("a paced job ended before its first timed session")
+    helpers = sorted(set(helpers) | set(_helpers(system)))
+    return _figures(system, 1, latencies, sum(latencies), cpu, helpers, rss_after_warmup)
+
+
+def _figures(
+    system: PeerSystem,
+    concurrency: int,
+    latencies: list[float],
+    wall: float,
+    cpu: float,
+    helpers: list[int],
+    rss_after_warmup: float,
+) -> dict[str, Any]:
+    count = len(latencies)
     median = statistics.median(latencies)
     steps = count * STEPS_PER_SESSION
     extra: dict[str, Any] = {}

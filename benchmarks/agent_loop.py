@@ -63,9 +63,9 @@ OURS = (
     "dex:session-shared-tasks",
 )
 HEADLINE = "dex:session-shared-ray"
+"""The default configuration: agent sessions whose tools go to Ray (pooled executors)."""
 ANCHOR = "dbos:wal"
 """The peer that our C=1 jobs are paired with."""
-"""The default configuration: agent sessions whose tools go to Ray (pooled executors)."""
 
 
 def _jobs(systems: tuple[str, ...], with_500: bool) -> list[tuple[str, int]]:
@@ -201,17 +201,19 @@ def main(
     print(
         f"\nagent loop: 10 turns x (model + 3 tools + model) = 50 steps/session; {rounds} round(s)"
     )
+    # The name column fits the longest row name, so every figure stays in its column.
+    width = max(26, *(len(system) + 2 for system in systems))
     header = (
-        f"{'system':<26}{'ms/step C=1':>12}{'CPU ms/step':>12}{'steps/s C=50':>14}"
+        f"{'system':<{width}}{'ms/step C=1':>12}{'CPU ms/step':>12}{'steps/s C=50':>14}"
         f"{'steps/s C=500':>15}{'RSS MB C=50':>13}{'Ray MB':>8}{'Ray PSS MB':>12}"
     )
     print(header)
     for system in systems:
         if system in skipped and not results.get((system, 1)):
-            print(f"{system:<26}skipped: {skipped[system]}")
+            print(f"{system:<{width}}skipped: {skipped[system]}")
             continue
         print(
-            f"{system:<26}{_fmt(figure(system, 1, 'ms_per_step'), 3):>12}"
+            f"{system:<{width}}{_fmt(figure(system, 1, 'ms_per_step'), 3):>12}"
             f"{_fmt(figure(system, 1, 'cpu_ms_per_step')):>12}"
             f"{_fmt(figure(system, 50, 'steps_per_s'), 0):>14}"
             f"{_fmt(figure(system, 500, 'steps_per_s'), 0):>15}"
@@ -223,7 +225,7 @@ def main(
     floor = figure("sqlite:full", 1, "ms_per_step")
     print("\nratios (peer / ours: above 1 means we are faster; DBOS C=1 paired where run so)")
     print(
-        f"{'ours':<26}{'x sqlite:full':>14}{'DBOS C=1':>10}{'LG C=1':>9}{'DBOS C=50':>11}"
+        f"{'ours':<{width}}{'x sqlite:full':>14}{'DBOS C=1':>10}{'LG C=1':>9}{'DBOS C=50':>11}"
         f"{'LG C=50':>9}{'Restate C=1':>13}{'Restate C=50':>14}"
     )
     for system in OURS:
@@ -232,7 +234,7 @@ def main(
         if ms is None:
             continue
         print(
-            f"{system:<26}{_fmt(ms / floor if floor else None):>14}"
+            f"{system:<{width}}{_fmt(ms / floor if floor else None):>14}"
             f"{_dbos_c1(figure, system):>10}"
             f"{_ratio(figure('langgraph:async', 1, 'ms_per_step'), ms):>9}"
             f"{_ratio(rate, figure('dbos:wal', 50, 'steps_per_s')):>11}"

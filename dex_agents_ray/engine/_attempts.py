@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,17 @@ class Live:
     """What the attempt's request said ``first_attempt_at`` is (recorded at its start)."""
     acked: asyncio.Future[None] | None = None
     """A remote attempt's start acknowledgement; its timeouts count from it."""
+    dispatch: int | None = None
+    """The number a pooled executor knows this attempt's call by (see ``_DISPATCHES``)."""
+
+
+_DISPATCHES = itertools.count(1)
+"""Numbers for calls to pooled executors, one per dispatch, never reused in a host
+process. An executor names a call by it (with the run and the execution) in its
+acknowledgement, frames, early results and orphan checks, so a call of an
+attempt that was sent again under the same attempt number (its first call was
+judged lost while it still ran: a broken socket to a living executor) never
+passes for the call the host waits for now."""
 
 
 class AttemptRunner:
@@ -98,14 +110,29 @@ class AttemptRunner:
     async def ack_remote_starts(self, attempts: list[tuple[str, int]]) -> list[bool]:
         """Remote attempts about to run user code: record the starts not recorded
         at dispatch (in one commit), or refuse each that is superseded."""
+        return await self._ack_starts([(exec_id, attempt, None) for exec_id, attempt in attempts])
+
+    async def ack_dispatches(self, calls: list[tuple[str, int]]) -> list[bool]:
+        """:meth:`ack_remote_starts` for pooled executors' calls, named by
+        (execution ID, dispatch number): a call is accepted only while it is the
+        one the host waits for."""
+        return await self._ack_starts([(exec_id, None, dispatch) for exec_id, dispatch in calls])
+
+    async def _ack_starts(self, items: list[tuple[str, int | None, int | None]]) -> list[bool]:
+        """Each item names its attempt by number or by dispatch number."""
         async with self.commit_lock:
             answers: list[bool] = []
             accepted: list[Live] = []
             tx = self.tx()
-            for exec_id, attempt in attempts:
+            for exec_id, number, dispatch in items:
                 live = self._live.get(exec_id)
                 record = self.state.execs.get(exec_id)
-                ok = live is not None and live.attempt == attempt and record is not None
+                if dispatch is not None:
+                    matches = live is not None and live.dispatch == dispatch
+                else:
+                    matches = live is not None and live.attempt == number
+                ok = matches and record is not None
+                attempt = live.attempt if live is not None else 0
                 if ok and record is not None and record.status is ExecStatus.WAIT_FOR:
                     ok = self._is_current(exec_id, ExecStatus.WAIT_FOR, attempt, wait=True)
                 elif ok and record is not None:
@@ -192,10 +219,12 @@ class AttemptRunner:
                 request.SerializeToString(),
                 self.state.attribute_snapshot(loaded_maps),
             )
-            future, kill = self._submit_remote(
+            future, kill, dispatch = self._submit_remote(
                 record, attempt, method, payload, progress, early_start
             )
-            live = Live(attempt, loop.time(), kill, first_attempt_at, loop.create_future())
+            live = Live(
+                attempt, loop.time(), kill, first_attempt_at, loop.create_future(), dispatch
+            )
             if early_start:
                 # Registered before the watch's own callback: a reply marks the
                 # start before the outcome is looked at.
@@ -231,8 +260,9 @@ class AttemptRunner:
         payload: RemoteRequest,
         progress: StepAttemptProgress,
         early_start: bool = False,
-    ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
-        """Send an attempt's request (see ``RemoteRequest``) to Ray."""
+    ) -> tuple[asyncio.Future[Any], Callable[[], None], int | None]:
+        """Send an attempt's request (see ``RemoteRequest``) to Ray; returns its
+        result, how to kill it, and its dispatch number (pooled executors only)."""
         import ray
 
         assert self.definition is not None and record.remote is not None
@@ -243,7 +273,8 @@ class AttemptRunner:
         ray_options = _task_options(record.remote)
         method_name = "wait_for" if method is InvocationMethod.WAIT_FOR else "execute"
         if ray_options.execution is RemoteExecution.POOL and self._pool is not None:
-            return self._pool.submit(
+            dispatch = next(_DISPATCHES)
+            future, kill_call = self._pool.submit(
                 ray_options,
                 record.remote,
                 (
@@ -255,12 +286,13 @@ class AttemptRunner:
                     self._host_name,
                     self.flow_id,
                     record.exec_id,
-                    attempt,
+                    dispatch,
                     early_start,
                 ),
-                (self.flow_id, record.exec_id, attempt),
+                (self.flow_id, record.exec_id, dispatch),
                 self._on_frames,
             )
+            return future, kill_call, dispatch
         ref = (
             remote_step_function()
             .options(**ray_options.ray_options())
@@ -279,16 +311,35 @@ class AttemptRunner:
         def kill() -> None:
             ray.cancel(ref, force=True)
 
-        return asyncio.ensure_future(_await_ref(ref)), kill
+        return asyncio.ensure_future(_await_ref(ref)), kill, None
 
     def attempt_active(self, exec_id: str, attempt: int) -> bool:
         """Whether ``attempt`` of ``exec_id`` is running for this driver now."""
         live = self._live.get(exec_id)
         return live is not None and live.attempt == attempt and self.state.is_running
 
+    def dispatch_active(self, exec_id: str, dispatch: int) -> bool:
+        """Whether the pooled executor's call ``dispatch`` of ``exec_id`` is the one
+        running for this driver now."""
+        return self._by_dispatch(exec_id, dispatch) is not None and self.state.is_running
+
+    def _by_dispatch(self, exec_id: str, dispatch: int) -> Live | None:
+        live = self._live.get(exec_id)
+        return live if live is not None and live.dispatch == dispatch else None
+
     def _on_frames(self, frames: list[tuple[str, str, int, str, bytes]]) -> None:
-        for _, exec_id, attempt, kind, payload in frames:
-            self.on_frame(exec_id, attempt, decode_frame(kind, payload))
+        """Frames that came back with a pooled executor's reply."""
+        for _, exec_id, dispatch, kind, payload in frames:
+            self.on_dispatch_frame(exec_id, dispatch, decode_frame(kind, payload))
+
+    def on_dispatch_frame(
+        self, exec_id: str, dispatch: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    ) -> None:
+        """A frame from the pooled executor's call ``dispatch``; one of another call
+        of the execution (an earlier dispatch of the same attempt) is dropped."""
+        live = self._by_dispatch(exec_id, dispatch)
+        if live is not None:
+            self.on_frame(exec_id, live.attempt, frame)
 
     def on_frame(
         self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite

@@ -11,7 +11,9 @@ first by the executor's Unix socket (``_channel``). Protocol of one call
 1. wait for a slot (backpressure; the host's timeouts have not started);
 2. load the Flow definition (once per executor and Flow version);
 3. acknowledge the start to the run's host, which records it durably or
-   refuses a superseded attempt (``ABANDONED``);
+   refuses a superseded call (``ABANDONED``): the acknowledgement, like every
+   message about a call, names it by the host's dispatch number (``AttemptKey``),
+   so only the call the host waits for now can start;
 4. run the handler; heartbeats and Stream writes go back to the host in
    batches, and every frame is delivered before the result is returned.
 
@@ -70,9 +72,11 @@ CANCELLED = "cancelled"
 """What ``run`` returns for a call the engine cancelled (timeout, orphan)."""
 
 AttemptKey = tuple[str, str, int]
-"""(flow ID, execution ID, attempt)."""
+"""(flow ID, execution ID, dispatch number): one call, as the host named it. The
+host numbers every call it sends (never twice in one incarnation), so a call of
+an attempt the host sent again under the same attempt number has a key of its own."""
 FrameRecord = tuple[str, str, int, str, bytes]
-"""(flow ID, execution ID, attempt, ``"heartbeat"`` | ``"stream"``, payload)."""
+"""(flow ID, execution ID, dispatch number, ``"heartbeat"`` | ``"stream"``, payload)."""
 CallOutcome = tuple[str, Any]
 """``("ok", run's reply)`` or ``("error", the exception)``: one call of ``run_many``."""
 
@@ -190,7 +194,7 @@ class StepExecutor:
         host_name: str,
         flow_id: str,
         exec_id: str,
-        attempt: int,
+        dispatch: int,
         early_start: bool = False,
     ) -> tuple[bool, Any, list[FrameRecord]]:
         """Run one attempt; returns whether it waited for a slot, its result,
@@ -213,7 +217,7 @@ class StepExecutor:
         self._running += 1
         try:
             link = await self._link(host_name)
-            key = (flow_id, exec_id, attempt)
+            key = (flow_id, exec_id, dispatch)
             result = await self._run(
                 definition_key,
                 blob_box,
@@ -356,9 +360,9 @@ class StepExecutor:
             self._definitions[key] = cached
         return cached
 
-    def cancel(self, flow_id: str, exec_id: str, attempt: int) -> bool:
-        """Cancel a running attempt (its Step timed out); False if it is not here."""
-        call = self._calls.get((flow_id, exec_id, attempt))
+    def cancel(self, flow_id: str, exec_id: str, dispatch: int) -> bool:
+        """Cancel a running call (its Step timed out); False if it is not here."""
+        call = self._calls.get((flow_id, exec_id, dispatch))
         if call is None:
             return False
         call.cancelled = True
@@ -558,7 +562,7 @@ def _settle_unsent(link: _HostLink, key: AttemptKey) -> None:
 
 
 def _attempt_key(call: tuple[Any, ...]) -> AttemptKey:
-    """The (flow ID, execution ID, attempt) of a ``run`` argument tuple."""
+    """The (flow ID, execution ID, dispatch number) of a ``run`` argument tuple."""
     return call[6], call[7], call[8]
 
 

@@ -375,11 +375,14 @@ class FlowHost:
     async def remote_frames(
         self, frames: list[tuple[str, str, int, str, bytes]], host_name: str | None = None
     ) -> None:
-        """Heartbeats and Stream writes from an executor, in the order they happened."""
+        """Heartbeats and Stream writes from an executor, in the order they happened
+        (each names its call by (run, execution, dispatch number))."""
         if not self._from_here(host_name):
             return
-        for flow_id, exec_id, attempt, kind, payload in frames:
-            await self.remote_frame(flow_id, exec_id, attempt, kind, payload)
+        for flow_id, exec_id, dispatch, kind, payload in frames:
+            driver = self._drivers.get(flow_id)
+            if driver is not None:
+                driver.on_dispatch_frame(exec_id, dispatch, decode_frame(kind, payload))
 
     async def client_channel(self) -> tuple[str, str | None]:
         """This host's node ID and the path of its socket for clients of the same
@@ -426,7 +429,8 @@ class FlowHost:
     async def ack_remote_starts(
         self, attempts: list[tuple[str, str, int]], host_name: str | None = None
     ) -> list[bool]:
-        """Start acknowledgements from an executor: one commit per run."""
+        """Start acknowledgements from an executor, each naming its call by (run,
+        execution, dispatch number): one commit per run."""
         if not self._from_here(host_name):
             return [False] * len(attempts)
         by_run: dict[str, list[int]] = {}
@@ -439,7 +443,7 @@ class FlowHost:
             if driver is None or driver.stale:
                 return
             batch = [(attempts[i][1], attempts[i][2]) for i in indexes]
-            for index, answer in zip(indexes, await driver.ack_remote_starts(batch), strict=True):
+            for index, answer in zip(indexes, await driver.ack_dispatches(batch), strict=True):
                 answers[index] = answer
 
         await asyncio.gather(*(one_run(f, i) for f, i in by_run.items()))
@@ -448,15 +452,18 @@ class FlowHost:
     def live_attempts(
         self, attempts: list[tuple[str, str, int]], host_name: str | None = None
     ) -> list[bool]:
-        """Whether each (flow ID, execution ID, attempt) is still running for this host;
-        executors cancel the calls that are not (their host died or moved on)."""
+        """Whether each (flow ID, execution ID, dispatch number) is still running for
+        this host; executors cancel the calls that are not (their host died or moved
+        on, or sent the attempt again)."""
         if not self._from_here(host_name):
             return [False] * len(attempts)
         live = []
-        for flow_id, exec_id, attempt in attempts:
+        for flow_id, exec_id, dispatch in attempts:
             driver = self._drivers.get(flow_id)
             live.append(
-                driver is not None and not driver.stale and driver.attempt_active(exec_id, attempt)
+                driver is not None
+                and not driver.stale
+                and driver.dispatch_active(exec_id, dispatch)
             )
         return live
 

@@ -174,3 +174,47 @@ async def test_an_acknowledgement_from_before_a_host_restart_never_starts_the_at
     history = await engine.client.read_step_history("remote-restart")
     started = [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
     assert len(started) == 1
+
+
+async def test_a_call_is_named_by_its_dispatch_not_by_its_attempt_number(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """An executor names each call by the host's dispatch number, never reused in a
+    host: a message that names the attempt another call of it could also name
+    (here, dispatch 1 was an earlier run's call; an earlier call of the same
+    attempt, or its ``wait_for`` call, would share the attempt number) is not
+    the call the host waits for. Its acknowledgement is refused and records
+    nothing, and the orphan check finds it not live; the call sent now starts,
+    and user code runs once."""
+    flow = CrashFlow()
+    engine = await engine_factory([flow], shared_hosts=1)
+    ack = FileGate(state_dir, "ack")
+    env = gate_before_ack_env(str(state_dir), "ack")
+    warm, main = state_dir / "warm", state_dir / "main"
+    for directory in (warm, main):
+        FileGate(directory, "work-1").release()
+    ack.release()
+    await engine.client.start_flow(
+        flow, "dispatch-warm", Job(str(warm), attempts=1, remote=True, env=env)
+    )
+    assert (await engine.client.wait_for_flow("dispatch-warm", timeout=90)).completions
+    ack.close()
+    await engine.client.start_flow(
+        flow, "dispatch-main", Job(str(main), attempts=1, remote=True, env=env)
+    )
+    await ack.wait_until_reached(times=2, timeout=120)  # the main run's Work call, unacknowledged
+    host = engine.host("dispatch-main")
+    other, sent = ("dispatch-main", "Work-1", 1), ("dispatch-main", "Work-1", 2)
+
+    assert await host.live_attempts.remote([other, sent]) == [False, True]
+    assert await host.ack_remote_starts.remote([other]) == [False]
+    history = await engine.client.read_step_history("dispatch-main")
+    assert not [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
+
+    ack.release()
+    result = await engine.client.wait_for_flow("dispatch-main", timeout=90)
+    assert result.completions[0].decode(list[str]) == ["attempt-1"]
+    assert InvocationLog(main / "work.log").entries() == ["Work-1/1"]
+    history = await engine.client.read_step_history("dispatch-main")
+    started = [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
+    assert len(started) == 1

@@ -180,12 +180,12 @@ async def test_a_call_is_named_by_its_dispatch_not_by_its_attempt_number(
     engine_factory: Any, state_dir: Path
 ) -> None:
     """An executor names each call by the host's dispatch number, never reused in a
-    host: a message that names the attempt another call of it could also name
-    (here, dispatch 1 was an earlier run's call; an earlier call of the same
-    attempt, or its ``wait_for`` call, would share the attempt number) is not
-    the call the host waits for. Its acknowledgement is refused and records
-    nothing, and the orphan check finds it not live; the call sent now starts,
-    and user code runs once."""
+    host, not by its attempt number, which another call of the execution can
+    share (a remote Step's ``wait_for`` call and its first ``execute`` call are
+    both attempt 1). Here a message names (run, execution, 1): dispatch 1 was an
+    earlier run's call, so it is not the call the host waits for. Its
+    acknowledgement is refused and records nothing, and the orphan check finds
+    it not live; the call sent now starts, and user code runs once."""
     flow = CrashFlow()
     engine = await engine_factory([flow], shared_hosts=1)
     ack = FileGate(state_dir, "ack")

@@ -72,10 +72,10 @@ class Live:
 _DISPATCHES = itertools.count(1)
 """Numbers for calls to pooled executors, one per dispatch, never reused in a host
 process. An executor names a call by it (with the run and the execution) in its
-acknowledgement, frames, early results and orphan checks, so a call of an
-attempt that was sent again under the same attempt number (its first call was
-judged lost while it still ran: a broken socket to a living executor) never
-passes for the call the host waits for now."""
+acknowledgement, frames, early results and orphan checks, so no other call of
+the execution passes for the call the host waits for now: attempt numbers do
+not tell them apart (a remote Step's ``wait_for`` call and its first
+``execute`` call are both attempt 1)."""
 
 
 class AttemptRunner:
@@ -336,7 +336,7 @@ class AttemptRunner:
         self, exec_id: str, dispatch: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
     ) -> None:
         """A frame from the pooled executor's call ``dispatch``; one of another call
-        of the execution (an earlier dispatch of the same attempt) is dropped."""
+        of the execution (its ``wait_for`` call, say) is dropped."""
         live = self._by_dispatch(exec_id, dispatch)
         if live is not None:
             self.on_frame(exec_id, live.attempt, frame)

@@ -73,8 +73,9 @@ CANCELLED = "cancelled"
 
 AttemptKey = tuple[str, str, int]
 """(flow ID, execution ID, dispatch number): one call, as the host named it. The
-host numbers every call it sends (never twice in one incarnation), so a call of
-an attempt the host sent again under the same attempt number has a key of its own."""
+host numbers every call it sends (never twice in one incarnation), so two calls
+of one execution with the same attempt number (its ``wait_for`` call and its
+first ``execute`` call) have keys of their own."""
 FrameRecord = tuple[str, str, int, str, bytes]
 """(flow ID, execution ID, dispatch number, ``"heartbeat"`` | ``"stream"``, payload)."""
 CallOutcome = tuple[str, Any]

@@ -454,7 +454,7 @@ class FlowHost:
     ) -> list[bool]:
         """Whether each (flow ID, execution ID, dispatch number) is still running for
         this host; executors cancel the calls that are not (their host died or moved
-        on, or sent the attempt again)."""
+        on)."""
         if not self._from_here(host_name):
             return [False] * len(attempts)
         live = []

@@ -7,9 +7,9 @@ each operation writes and reads.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._postgres_conn import Connections
 from dex_agents_ray.engine._records import (
     Commit,
@@ -264,7 +264,7 @@ async def _append_stream(
 ) -> Any:
     """Queue one Stream append (and its trim when it may be due); the cursor returns
     the offset."""
-    params = {"f": flow_id, "s": item.stream, "t": time.time(), "src": item.source, "v": item.value}
+    params = {"f": flow_id, "s": item.stream, "t": clock.now(), "src": item.source, "v": item.value}
     cursor = await conn.execute(_APPEND_STREAM, params)
     if item.capacity_bytes > 0 and (sizes is None or sizes.must_trim(flow_id, item)):
         trim = {"f": flow_id, "s": item.stream, "cap": item.capacity_bytes}
@@ -336,7 +336,7 @@ async def _apply(conn: Connection, c: Commit, sizes: StreamSizes | None = None) 
             "INSERT INTO rpc_requests (flow_id, request_id, response, written) "
             "VALUES (%s, %s, %s, %s) ON CONFLICT (flow_id, request_id) DO UPDATE "
             "SET response = EXCLUDED.response, written = EXCLUDED.written",
-            (fid, c.rpc_request[0], c.rpc_request[1], time.time()),
+            (fid, c.rpc_request[0], c.rpc_request[1], clock.now()),
         )
     if c.prune is not None:
         await _prune(conn, fid, c.prune)

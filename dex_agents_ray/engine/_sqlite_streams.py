@@ -5,10 +5,10 @@ on its thread, appends inside its group transactions)."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._records import StreamAppend, StreamRecord
 
 _STREAM_SIZES_KEPT = 100_000
@@ -34,7 +34,7 @@ class StreamRows:
         capacity: dict[str, int] = {}
         offsets: list[int] = []
         rows: list[tuple[Any, ...]] = []
-        now = time.time()
+        now = clock.now()
         for item in items:
             offset = last.get(item.stream)
             if offset is None:

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 from dex.dexpb import dex_pb2 as pb
 
+from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._records import StreamAppend, StreamRecord
 from dex_agents_ray.engine._store import FlowStore
 
@@ -124,7 +124,7 @@ class StreamBuffer:
     ) -> None:
         """``appends`` of ``flow_id`` are durable at ``offsets`` (``[]``: not known):
         keep them in the tails and wake the long polls on their Streams."""
-        now = time.time()
+        now = clock.now()
         for item, offset in zip(appends, offsets, strict=False):
             key = (flow_id, item.stream)
             tail = self._tails.get(key)

@@ -92,3 +92,31 @@ async def test_the_scheduler_wakes_a_passivated_session_when_the_clock_moves(
     await until(awake, "the scheduler's wake of s-1")
     done = await snapshot_when(sessions, "s-1", turn_done(1))
     assert "renewal" in (done.messages[-1].text or "")
+
+
+async def test_events_written_after_the_clock_moves_carry_the_engines_time(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """A Stream record's time is the engine's clock, as every other time of a run
+    is: an event written a year on reads a year on, from the long poll's tail and
+    from the store alike."""
+    from datetime import UTC, datetime
+
+    flow = build_flow(state_dir, {"hello": [Reply()]}, options=OPTIONS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await engine.advance_clock(YEAR)
+    await sessions.start_session("s-3", "hello")
+
+    token, events = "", []
+    while not events or events[-1].value.type.value != "turn_completed":
+        message = await sessions.read_event("s-3", token, timeout=60)
+        token = message.resume_token
+        events.append(message)
+    page = await engine.client.list_stream_messages("s-3", flow.agent_events, 1000)
+    stored = page.messages  # read from the store, newest first
+
+    floor = datetime.now(UTC) + YEAR - timedelta(days=1)
+    assert all(m.created_time >= floor for m in events), [m.created_time for m in events]
+    assert len(stored) == len(events)
+    assert all(m.created_time >= floor for m in stored), [m.created_time for m in stored]

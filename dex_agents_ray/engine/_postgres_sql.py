@@ -7,6 +7,7 @@ each operation writes and reads.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from dex_agents_ray.engine import _clock as clock
@@ -336,7 +337,7 @@ async def _apply(conn: Connection, c: Commit, sizes: StreamSizes | None = None) 
             "INSERT INTO rpc_requests (flow_id, request_id, response, written) "
             "VALUES (%s, %s, %s, %s) ON CONFLICT (flow_id, request_id) DO UPDATE "
             "SET response = EXCLUDED.response, written = EXCLUDED.written",
-            (fid, c.rpc_request[0], c.rpc_request[1], clock.now()),
+            (fid, c.rpc_request[0], c.rpc_request[1], time.time()),  # the prune's order
         )
     if c.prune is not None:
         await _prune(conn, fid, c.prune)

@@ -135,6 +135,37 @@ async def test_host_killed_while_remote_step_runs_kills_the_task_and_retries(
     assert [f.detail["error_type"] for f in failed] == ["HostDiedError"]
 
 
+async def _held_after_a_warm_run(
+    engine: Any, flow: CrashFlow, state_dir: Path, warm_id: str, flow_id: str
+) -> tuple[FileGate, Path]:
+    """Run a single-attempt remote Job (``warm_id``) to the end (its answer opens
+    the host's socket to the executor), then start ``flow_id``'s, whose executor holds its
+    Work call before the start acknowledgement; returns the acknowledgement's gate
+    (closed, reached twice) and the held run's state directory."""
+    ack = FileGate(state_dir, "ack")
+    env = gate_before_ack_env(str(state_dir), "ack")
+    warm, main = state_dir / "warm", state_dir / "main"
+    for directory in (warm, main):
+        FileGate(directory, "work-1").release()
+    ack.release()
+    await engine.client.start_flow(flow, warm_id, Job(str(warm), attempts=1, remote=True, env=env))
+    assert (await engine.client.wait_for_flow(warm_id, timeout=90)).completions
+    ack.close()
+    await engine.client.start_flow(flow, flow_id, Job(str(main), attempts=1, remote=True, env=env))
+    await ack.wait_until_reached(times=2, timeout=120)  # the held run's Work call
+    return ack, main
+
+
+async def _work_ran_once(engine: Any, flow_id: str, main: Path) -> None:
+    """``flow_id`` completes with Work's attempt 1, whose user code ran once."""
+    result = await engine.client.wait_for_flow(flow_id, timeout=90)
+    assert result.completions[0].decode(list[str]) == ["attempt-1"]
+    assert InvocationLog(main / "work.log").entries() == ["Work-1/1"]
+    history = await engine.client.read_step_history(flow_id)
+    started = [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
+    assert len(started) == 1
+
+
 async def test_an_acknowledgement_from_before_a_host_restart_never_starts_the_attempt(
     engine_factory: Any, state_dir: Path
 ) -> None:
@@ -147,33 +178,14 @@ async def test_an_acknowledgement_from_before_a_host_restart_never_starts_the_at
 
     flow = CrashFlow()
     engine = await engine_factory([flow])
-    ack = FileGate(state_dir, "ack")
-    env = gate_before_ack_env(str(state_dir), "ack")
-    # A first run on the same executor: its answer opens the host's socket to it.
-    warm, main = state_dir / "warm", state_dir / "main"
-    for directory in (warm, main):
-        FileGate(directory, "work-1").release()
-    ack.release()
-    await engine.client.start_flow(
-        flow, "remote-warm", Job(str(warm), attempts=1, remote=True, env=env)
+    ack, main = await _held_after_a_warm_run(
+        engine, flow, state_dir, "remote-warm", "remote-restart"
     )
-    assert (await engine.client.wait_for_flow("remote-warm", timeout=90)).completions
-    ack.close()
-    await engine.client.start_flow(
-        flow, "remote-restart", Job(str(main), attempts=1, remote=True, env=env)
-    )
-    await ack.wait_until_reached(times=2, timeout=120)
     await kill_flow_actor(engine, "remote-restart")
     await ack.wait_until_reached(times=3, timeout=120)  # attempt 1, sent again
     ack.release()
 
-    result = await engine.client.wait_for_flow("remote-restart", timeout=90)
-
-    assert result.completions[0].decode(list[str]) == ["attempt-1"]
-    assert InvocationLog(main / "work.log").entries() == ["Work-1/1"]
-    history = await engine.client.read_step_history("remote-restart")
-    started = [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
-    assert len(started) == 1
+    await _work_ran_once(engine, "remote-restart", main)
 
 
 async def test_a_call_is_named_by_its_dispatch_not_by_its_attempt_number(
@@ -188,21 +200,9 @@ async def test_a_call_is_named_by_its_dispatch_not_by_its_attempt_number(
     it not live; the call sent now starts, and user code runs once."""
     flow = CrashFlow()
     engine = await engine_factory([flow], shared_hosts=1)
-    ack = FileGate(state_dir, "ack")
-    env = gate_before_ack_env(str(state_dir), "ack")
-    warm, main = state_dir / "warm", state_dir / "main"
-    for directory in (warm, main):
-        FileGate(directory, "work-1").release()
-    ack.release()
-    await engine.client.start_flow(
-        flow, "dispatch-warm", Job(str(warm), attempts=1, remote=True, env=env)
+    ack, main = await _held_after_a_warm_run(
+        engine, flow, state_dir, "dispatch-warm", "dispatch-main"
     )
-    assert (await engine.client.wait_for_flow("dispatch-warm", timeout=90)).completions
-    ack.close()
-    await engine.client.start_flow(
-        flow, "dispatch-main", Job(str(main), attempts=1, remote=True, env=env)
-    )
-    await ack.wait_until_reached(times=2, timeout=120)  # the main run's Work call, unacknowledged
     host = engine.host("dispatch-main")
     other, sent = ("dispatch-main", "Work-1", 1), ("dispatch-main", "Work-1", 2)
 
@@ -212,9 +212,4 @@ async def test_a_call_is_named_by_its_dispatch_not_by_its_attempt_number(
     assert not [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
 
     ack.release()
-    result = await engine.client.wait_for_flow("dispatch-main", timeout=90)
-    assert result.completions[0].decode(list[str]) == ["attempt-1"]
-    assert InvocationLog(main / "work.log").entries() == ["Work-1/1"]
-    history = await engine.client.read_step_history("dispatch-main")
-    started = [h for h in history if h.event == "attempt_started" and h.step_type == "Work"]
-    assert len(started) == 1
+    await _work_ran_once(engine, "dispatch-main", main)

@@ -88,7 +88,6 @@ def executor_name(shape_key: str, index: int) -> str:
 
 @dataclass
 class _Call:
-    host_name: str
     task: asyncio.Future[Any]
     started: float
     cancelled: bool = False
@@ -168,7 +167,9 @@ class StepExecutor:
         self._running = 0
         self._completed = 0
         self._acks_sent = 0
-        self._calls: dict[AttemptKey, _Call] = {}
+        self._calls: dict[tuple[str, AttemptKey], _Call] = {}
+        """Running calls by (the sending host incarnation's name, key): dispatch
+        numbers are a host process's own, so two incarnations' may meet here."""
         self._links: dict[str, _HostLink] = {}
         self._definitions: dict[str, tuple[Any, FlowMapper]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -328,8 +329,8 @@ class StepExecutor:
                 attribute_values=values,
             )
         )
-        call = _Call(host_name, task, asyncio.get_running_loop().time())
-        self._calls[key] = call
+        call = _Call(task, asyncio.get_running_loop().time())
+        self._calls[(host_name, key)] = call
         if early_start:
             answer.add_done_callback(lambda done: _refused(done, call))
         try:
@@ -341,8 +342,8 @@ class StepExecutor:
                 return CANCELLED
             raise
         finally:
-            if self._calls.get(key) is call:
-                del self._calls[key]
+            if self._calls.get((host_name, key)) is call:
+                del self._calls[(host_name, key)]
             if early_start:
                 _settle_unsent(link, key)
         return encode_result(result)
@@ -361,9 +362,10 @@ class StepExecutor:
             self._definitions[key] = cached
         return cached
 
-    def cancel(self, flow_id: str, exec_id: str, dispatch: int) -> bool:
-        """Cancel a running call (its Step timed out); False if it is not here."""
-        call = self._calls.get((flow_id, exec_id, dispatch))
+    def cancel(self, flow_id: str, exec_id: str, dispatch: int, host_name: str) -> bool:
+        """Cancel the call ``host_name`` sent (its Step timed out, or it is an
+        orphan); False if it is not here."""
+        call = self._calls.get((host_name, (flow_id, exec_id, dispatch)))
         if call is None:
             return False
         call.cancelled = True
@@ -492,9 +494,9 @@ class StepExecutor:
         """Cancel calls whose host no longer tracks their attempt; returns how many."""
         now = asyncio.get_running_loop().time()
         by_host: dict[str, list[AttemptKey]] = {}
-        for key, call in self._calls.items():
+        for (host_name, key), call in self._calls.items():
             if not call.cancelled and now - call.started >= self._orphan_check:
-                by_host.setdefault(call.host_name, []).append(key)
+                by_host.setdefault(host_name, []).append(key)
         cancelled = 0
         for host_name, keys in by_host.items():
             link = self._links.get(host_name)
@@ -509,7 +511,7 @@ class StepExecutor:
             except Exception:
                 live = [False] * len(keys)  # the host is gone for good
             for key, alive in zip(keys, live, strict=True):
-                if not alive and self.cancel(*key):
+                if not alive and self.cancel(*key, host_name):
                     logger.info("executor: cancelled orphaned attempt %s", key)
                     cancelled += 1
         return cancelled

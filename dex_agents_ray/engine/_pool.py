@@ -148,7 +148,7 @@ class ExecutorPool:
 
         def kill() -> None:
             future.add_done_callback(_consume)
-            handle.cancel.remote(*attempt_key)
+            handle.cancel.remote(*attempt_key, args[5])  # args[5]: the host's name
 
         return future, kill
 

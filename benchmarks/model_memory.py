@@ -375,7 +375,7 @@ async def main(count: int, model_task_cpus: float, placements: list[str]) -> Non
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
     )
     # The tests' helper module is not mypy --strict clean; load it as a plain module.
-    fake = importlib.import_module("tests.litellm.litellm_fake_server")
+    fake = importlib.import_module("tests.fake_provider")
     provider = fake.FakeProviderServer()
     await provider.start()
     directory = Path(tempfile.mkdtemp(prefix="dex-model-memory-"))

@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     "session_listing": 2,
     "litellm": 3,
     "connectors": 3,
+    "pydantic_ai": 3,
     "notebook": 3,
     "testing": 3,
     "serve": 4,

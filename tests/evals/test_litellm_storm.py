@@ -18,7 +18,7 @@ from dex_agents_ray.evals import (
     run_eval,
 )
 from tests.evals.agents import litellm_eval_flow
-from tests.litellm.litellm_fake_server import (
+from tests.fake_provider import (
     RESPONSES_PATH,
     ErrorReply,
     FakeProviderServer,

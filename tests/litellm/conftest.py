@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from litellm_fake_server import FakeProviderServer
 
 from dex_agents_ray.litellm._loader import load_litellm
+from tests.fake_provider import FakeProviderServer
 
 # Warnings LiteLLM 1.110.2 causes inside pydantic, none about our code:
 # - its logging path dumps each Responses API result, and pydantic warns that

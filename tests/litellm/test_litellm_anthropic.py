@@ -12,14 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from litellm_fake_server import (
-    MESSAGES_PATH,
-    ErrorReply,
-    FakeProviderServer,
-    RawReply,
-    anthropic_stream,
-    image,
-)
 
 from dex_agents_ray.builtin_loop import (
     ModelOutputItem,
@@ -34,6 +26,14 @@ from dex_agents_ray.builtin_loop import (
 from dex_agents_ray.litellm import LiteLLMModelClient
 from dex_agents_ray.litellm._chat import read_chat_stream
 from dex_agents_ray.litellm._convert import LiteLLMRoute
+from tests.fake_provider import (
+    MESSAGES_PATH,
+    ErrorReply,
+    FakeProviderServer,
+    RawReply,
+    anthropic_stream,
+    image,
+)
 
 SIGNATURE = "EqQBCkYIBRgCIkB+/sig=="
 SECOND_SIGNATURE = "ErcBCkYIBRgCIkD+/other=="

@@ -7,14 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from litellm_fake_server import (
-    CHAT_PATH,
-    ErrorReply,
-    FakeProviderServer,
-    RawReply,
-    chat_stream,
-    image,
-)
 
 from dex_agents_ray.builtin_loop import (
     ModelCallMetadata,
@@ -31,6 +23,14 @@ from dex_agents_ray.builtin_loop import (
     UserTextItem,
 )
 from dex_agents_ray.litellm import TOOL_RESULT_IMAGES_TEXT, LiteLLMModelClient
+from tests.fake_provider import (
+    CHAT_PATH,
+    ErrorReply,
+    FakeProviderServer,
+    RawReply,
+    chat_stream,
+    image,
+)
 
 USAGE = {
     "prompt_tokens": 90,

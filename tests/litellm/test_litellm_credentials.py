@@ -6,7 +6,6 @@ import logging
 import pickle
 
 import pytest
-from litellm_fake_server import RESPONSES_PATH, ErrorReply, FakeProviderServer, responses_stream
 
 from dex_agents_ray.builtin_loop import (
     ModelRequest,
@@ -15,6 +14,7 @@ from dex_agents_ray.builtin_loop import (
     UserTextItem,
 )
 from dex_agents_ray.litellm import LiteLLMModelClient
+from tests.fake_provider import RESPONSES_PATH, ErrorReply, FakeProviderServer, responses_stream
 
 SECRET = "sk-live-0123456789-do-not-leak"
 MESSAGE = {

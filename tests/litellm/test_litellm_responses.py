@@ -6,13 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from litellm_fake_server import (
-    RESPONSES_PATH,
-    ErrorReply,
-    FakeProviderServer,
-    image,
-    responses_stream,
-)
 
 from dex_agents_ray.builtin_loop import (
     ModelCallMetadata,
@@ -28,6 +21,13 @@ from dex_agents_ray.builtin_loop import (
     UserTextItem,
 )
 from dex_agents_ray.litellm import LiteLLMModelClient
+from tests.fake_provider import (
+    RESPONSES_PATH,
+    ErrorReply,
+    FakeProviderServer,
+    image,
+    responses_stream,
+)
 
 ENCRYPTED = "gAAAAB+encrypted/reasoning=="
 REASONING = {

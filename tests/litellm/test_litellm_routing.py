@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from litellm_fake_server import image
 
 from dex_agents_ray.builtin_loop import (
     ESTIMATED_IMAGE_INPUT_TOKENS,
@@ -24,6 +23,7 @@ from dex_agents_ray.litellm import (
     LiteLLMModelClient,
 )
 from dex_agents_ray.litellm._convert import build_chat_messages, build_responses_input
+from tests.fake_provider import image
 
 PHOTO, PHOTO_BYTES = image(1)
 SHOT_A, SHOT_A_BYTES = image(2)

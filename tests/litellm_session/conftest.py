@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.litellm.litellm_fake_server import FakeProviderServer
+from tests.fake_provider import FakeProviderServer
 
 
 @pytest.fixture

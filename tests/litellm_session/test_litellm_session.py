@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dex_agents_ray import AgentSessionClient, AgentSnapshot
-from tests.litellm.litellm_fake_server import (
+from tests.fake_provider import (
     RESPONSES_PATH,
     ErrorReply,
     FakeProviderServer,

@@ -1,10 +1,17 @@
-"""An OpenAI- and Anthropic-compatible HTTP server on loopback for LiteLLM tests.
+"""An OpenAI- and Anthropic-compatible HTTP server on loopback, shared by the model client tests.
 
-The server speaks the three wire formats the LiteLLM client reaches:
+The server speaks the three wire formats the model clients reach:
 ``POST /v1/chat/completions`` (SSE chunks, then ``data: [DONE]``),
 ``POST /v1/responses`` (SSE with ``event:`` and ``data:`` lines) and
 ``POST /v1/messages`` (Anthropic SSE). A test queues the replies of each path
 in order and reads back every request body the server received.
+
+A request to the Chat Completions or Responses path whose body has
+``"stream": false`` or no ``stream`` key gets a JSON reply instead: a queued
+:class:`JsonReply` is sent as it is, and a queued chat stream (see
+:func:`chat_stream`) or Responses stream (see :func:`responses_stream`) is
+answered with the equivalent JSON body, so one queued script serves streaming
+and non-streaming clients alike. Error replies are the same either way.
 """
 
 from __future__ import annotations
@@ -56,7 +63,15 @@ class RawReply:
     body: bytes
 
 
-Reply = SseReply | ErrorReply | RawReply
+@dataclass(frozen=True, kw_only=True)
+class JsonReply:
+    """A 200 reply with a JSON body (a non-streaming completion), whatever the request asked."""
+
+    body: Mapping[str, object]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Reply = SseReply | ErrorReply | RawReply | JsonReply
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +155,10 @@ class FakeProviderServer:
             return web.json_response(
                 dict(reply.body), status=reply.status, headers=dict(reply.headers)
             )
+        if isinstance(reply, SseReply) and not _wants_stream(self.requests[-1].body):
+            reply = _as_json(request.path, reply) or reply
+        if isinstance(reply, JsonReply):
+            return web.json_response(dict(reply.body), status=200, headers=dict(reply.headers))
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -153,6 +172,21 @@ class FakeProviderServer:
                 await response.write(f"{frame}data: {text}\n\n".encode())
         await response.write_eof()
         return response
+
+
+def _wants_stream(body: object) -> bool:
+    return isinstance(body, Mapping) and body.get("stream") is True
+
+
+def _as_json(path: str, reply: SseReply) -> JsonReply | None:
+    """The non-streaming equivalent of a stream on ``path``; ``None`` when there is none."""
+    if path == CHAT_PATH:
+        body = _chat_completion_from_chunks([data for _, data in reply.events])
+    elif path == RESPONSES_PATH:
+        body = _response_from_events(reply.events)
+    else:
+        body = None
+    return None if body is None else JsonReply(body=body)
 
 
 # --- Replies in each wire format -------------------------------------------------------------
@@ -216,6 +250,124 @@ def chat_stream(
     if usage is not None:
         chunks.append({**_chat_chunk(model, None), "usage": dict(usage)})
     return SseReply(events=[*((None, chunk) for chunk in chunks), (None, "[DONE]")])
+
+
+def _chat_completion_body(
+    *,
+    model: str,
+    content: str | None,
+    reasoning: str | None,
+    tool_calls: Sequence[Mapping[str, object]],
+    finish_reason: str,
+    usage: Mapping[str, object] | None,
+    completion_id: str = "chatcmpl-test",
+    created: object = 1_700_000_000,
+) -> dict[str, Any]:
+    message: dict[str, object] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if tool_calls:
+        message["tool_calls"] = [dict(call) for call in tool_calls]
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+        ],
+        "usage": dict(usage)
+        if usage is not None
+        else {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def chat_completion(
+    *,
+    text: str | None = None,
+    reasoning: str | None = None,
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    usage: Mapping[str, object] | None = None,
+    model: str = "qwen3-local",
+) -> JsonReply:
+    """A non-streaming Chat Completions reply: the JSON twin of :func:`chat_stream`.
+
+    ``tool_calls`` holds ``(id, name, arguments)``; the finish reason is
+    ``"tool_calls"`` when there are any, else ``"stop"``. ``usage`` (the
+    ``prompt_tokens``, ``completion_tokens`` and ``total_tokens`` of the reply)
+    defaults to zeros.
+    """
+    return JsonReply(
+        body=_chat_completion_body(
+            model=model,
+            content=text or None,
+            reasoning=reasoning,
+            tool_calls=[
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+                for call_id, name, args in tool_calls
+            ],
+            finish_reason="tool_calls" if tool_calls else "stop",
+            usage=usage,
+        )
+    )
+
+
+def _chat_completion_from_chunks(chunks: Sequence[object]) -> dict[str, Any] | None:
+    """Assemble Chat Completions stream chunks into one completion; ``None`` if they are not."""
+    chunks = [chunk for chunk in chunks if chunk != "[DONE]"]
+    if not chunks or not all(
+        isinstance(chunk, Mapping) and chunk.get("object") == "chat.completion.chunk"
+        for chunk in chunks
+    ):
+        return None
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish_reason = "stop"
+    usage: Mapping[str, object] | None = None
+    for chunk in chunks:
+        assert isinstance(chunk, Mapping)
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content.append(delta.get("content") or "")
+            reasoning.append(delta.get("reasoning_content") or "")
+            for piece in delta.get("tool_calls") or ():
+                call = calls.setdefault(
+                    piece.get("index", len(calls)),
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if piece.get("id"):
+                    call["id"] = piece["id"]
+                function = piece.get("function") or {}
+                call["function"]["name"] += function.get("name") or ""
+                call["function"]["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                finish_reason = choice["finish_reason"]
+    first = chunks[0]
+    assert isinstance(first, Mapping)
+    return _chat_completion_body(
+        model=first.get("model", ""),
+        content="".join(content) or None,
+        reasoning="".join(reasoning) or None,
+        tool_calls=[calls[index] for index in sorted(calls)],
+        finish_reason=finish_reason,
+        usage=usage,
+        completion_id=first.get("id", "chatcmpl-test"),
+        created=first.get("created", 1_700_000_000),
+    )
+
+
+_RESPONSES_TERMINALS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def _response_from_events(events: Sequence[tuple[str | None, object]]) -> dict[str, Any] | None:
+    """The ``response`` of a Responses stream's terminal event; ``None`` if it has none."""
+    for name, data in reversed(events):
+        if name in _RESPONSES_TERMINALS and isinstance(data, Mapping) and "response" in data:
+            return dict(data["response"])
+    return None
 
 
 def _response(status: str, output: Sequence[object], usage: object, model: str) -> dict:

@@ -1,0 +1,200 @@
+"""Tool calls of a Pydantic AI agent as tool Steps.
+
+In ``RunModel`` every tool the agent offers is deferred before its function
+runs (:class:`DeferToolSteps`, a capability added to the adapter's runs only:
+the user's agent is unchanged), so the run ends with ``DeferredToolRequests``.
+In the tool Step the call runs through the agent's own tool machinery
+(argument validation, ``RunContext`` with ``deps``, sync functions in a
+thread, ``ModelRetry``) by a run that ends before it would call the model
+(:func:`run_tool_call`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import (
+    Agent,
+    CallDeferred,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolApproved,
+)
+from pydantic_ai import messages as pai
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import FunctionToolset
+
+from dex_agents_ray.session import (
+    DeferredToolExecution,
+    ToolEffect,
+    ToolExecutionError,
+    ToolExecutionResult,
+)
+
+__all__ = [
+    "DeferToolSteps",
+    "deferred_tool_idempotency_key",
+    "framework_effect",
+    "run_tool_call",
+    "schema_only_toolset",
+]
+
+_EXECUTIONS: dict[str, DeferredToolExecution] = {}
+_EXECUTIONS_LOCK = threading.Lock()
+
+
+def deferred_tool_idempotency_key(ctx: RunContext[Any]) -> str:
+    """The idempotency key of the tool Step that runs this tool call.
+
+    Call it inside a tool function with the tool's ``RunContext``. The key is
+    ``"<flow_id>/<turn_id>/<tool_call_id>"``, equal to the Step's
+    ``DeferredToolExecution.idempotency_key`` and the same on every retry of the
+    Step, so a remote system can drop a repeated write.
+
+    Raises:
+        RuntimeError: Outside a tool Step of a Pydantic AI session (for
+            example when the agent is run plainly).
+    """
+    execution = _EXECUTIONS.get(ctx.run_id or "") if isinstance(ctx, RunContext) else None
+    if execution is None:
+        raise RuntimeError(
+            "deferred_tool_idempotency_key() was called outside a tool Step of a durable "
+            "Pydantic AI session: it only has a key inside a tool the session runs"
+        )
+    return execution.idempotency_key
+
+
+def framework_effect(tool_def: ToolDefinition | None) -> ToolEffect | None:
+    """The effect MCP annotations declare for a tool (``readOnlyHint``: ``read``;
+    ``idempotentHint``: ``idempotent_write``); ``None`` without annotations."""
+    metadata = tool_def.metadata if tool_def is not None else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return None
+    if annotations.get("readOnlyHint") is True:
+        return ToolEffect.READ
+    if annotations.get("idempotentHint") is True:
+        return ToolEffect.IDEMPOTENT_WRITE
+    if annotations.get("destructiveHint") is not None or annotations.get("idempotentHint") is False:
+        return ToolEffect.NON_IDEMPOTENT_WRITE
+    return None
+
+
+@dataclass
+class DeferToolSteps(AbstractCapability[Any]):
+    """Defers every tool call of a ``RunModel`` run into a tool Step.
+
+    Replay-only source tools are answered in the run with their recorded outcome
+    (``replay``). Records each offered tool's definition for its effect.
+    """
+
+    replay: Callable[[str, str], str | None] = field(default=lambda _name, _id: None)
+    """``(tool_name, tool_call_id)`` -> the answer of a replay-only tool, else ``None``."""
+    tool_defs: dict[str, ToolDefinition] = field(default_factory=dict)
+    """The definitions offered to the model in this run, by name."""
+
+    async def prepare_tools(
+        self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        self.tool_defs.update({tool_def.name: tool_def for tool_def in tool_defs})
+        return tool_defs
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pai.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: Callable[[Any], Awaitable[Any]],
+    ) -> Any:
+        answer = self.replay(call.tool_name, call.tool_call_id)
+        if answer is not None:
+            return answer
+        raise CallDeferred()
+
+
+def _never_runs(**_: Any) -> str:
+    raise RuntimeError("a schema-only tool runs in its tool Step, never in the model call")
+
+
+def schema_only_toolset(
+    definitions: Sequence[tuple[str, str | None, Mapping[str, Any]]],
+) -> FunctionToolset[Any]:
+    """A toolset of tools known by name, description and JSON Schema only (tool
+    source and built-in tools): offered to the model, run by the session."""
+    tools = [
+        Tool.from_schema(_never_runs, name=name, description=description, json_schema=dict(schema))
+        for name, description, schema in definitions
+    ]
+    return FunctionToolset(tools)
+
+
+async def run_tool_call(
+    agent: Agent[Any, Any],
+    execution: DeferredToolExecution,
+    *,
+    tool_call_id: str,
+    approval: bool,
+    deps: Any,
+) -> ToolExecutionResult:
+    """Run one tool call through the agent's tool machinery, once, and stop before
+    the model would be called with its result.
+
+    Raises:
+        ToolExecutionError: The tool raised ``ModelRetry`` (its message after
+            ``MODEL_RETRY_ERROR_PREFIX``) or ``ToolFailed``, or the agent does not
+            have the tool.
+    """
+    from dex_agents_ray.pydantic_ai._messages import MODEL_RETRY_ERROR_PREFIX
+
+    record = execution.tool_call
+    call = pai.ToolCallPart(record.tool_name, record.arguments or "{}", tool_call_id=tool_call_id)
+    history: list[pai.ModelMessage] = [pai.ModelResponse(parts=[call])]
+    results = DeferredToolResults(approvals={tool_call_id: ToolApproved()}) if approval else None
+    run_id = f"dex-tool:{execution.idempotency_key}:{execution.attempt}:{id(execution)}"
+    with _EXECUTIONS_LOCK:
+        _EXECUTIONS[run_id] = execution
+    try:
+        part = await _drive_to_result(agent, history, results, deps, run_id, tool_call_id)
+    finally:
+        with _EXECUTIONS_LOCK:
+            _EXECUTIONS.pop(run_id, None)
+    if isinstance(part, pai.RetryPromptPart):
+        if part.tool_name is None:
+            raise ToolExecutionError(f"the agent has no tool named {record.tool_name}")
+        message = part.content if isinstance(part.content, str) else part.model_response()
+        raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + message)
+    if part.outcome == "failed":
+        raise ToolExecutionError(part.model_response_str())
+    return ToolExecutionResult(output=part.model_response_str())
+
+
+async def _drive_to_result(
+    agent: Agent[Any, Any],
+    history: list[pai.ModelMessage],
+    results: DeferredToolResults | None,
+    deps: Any,
+    run_id: str,
+    tool_call_id: str,
+) -> pai.ToolReturnPart | pai.RetryPromptPart:
+    async with agent.iter(
+        None, message_history=history, deferred_tool_results=results, deps=deps, run_id=run_id
+    ) as run:
+        node: Any = run.next_node
+        while not Agent.is_end_node(node):
+            if Agent.is_model_request_node(node):
+                for part in node.request.parts:
+                    if (
+                        isinstance(part, pai.ToolReturnPart | pai.RetryPromptPart)
+                        and part.tool_call_id == tool_call_id
+                    ):
+                        return part
+                break
+            node = await run.next(node)
+    raise ToolExecutionError("the tool call was deferred again instead of running")

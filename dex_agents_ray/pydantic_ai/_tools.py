@@ -170,7 +170,10 @@ async def run_tool_call(
             raise ToolExecutionError(f"the agent has no tool named {record.tool_name}")
         message = part.content if isinstance(part.content, str) else part.model_response()
         raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + message)
-    if part.outcome == "failed":
+    if part.outcome == "retried":  # the tool raised ModelRetry
+        content = part.content if isinstance(part.content, str) else part.model_response_str()
+        raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + content)
+    if part.outcome != "success":
         raise ToolExecutionError(part.model_response_str())
     return ToolExecutionResult(output=part.model_response_str())
 

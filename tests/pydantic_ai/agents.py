@@ -76,14 +76,15 @@ def _prompt_and_index(messages: list[pai.ModelMessage]) -> tuple[str, int]:
 def scripted_model(messages: list[pai.ModelMessage], info: AgentInfo) -> pai.ModelResponse:
     prompt, index = _prompt_and_index(messages)
     if prompt.startswith("echo "):
-        return pai.ModelResponse(parts=[pai.TextPart(f"echo: {prompt[5:]}")])
+        reply = f"echo: {prompt[5:]} ({len(messages)} messages)"
+        return pai.ModelResponse(parts=[pai.TextPart(reply)])
     script = SCRIPTS.get(prompt)
-    if script is None:
+    if script is None or index >= len(script):
         last = messages[-1]
         seen = [p.model_response_str() for p in last.parts if isinstance(p, pai.ToolReturnPart)]
         retries = [p.model_response() for p in last.parts if isinstance(p, pai.RetryPromptPart)]
         return pai.ModelResponse(parts=[pai.TextPart(f"seen {seen} retries {retries}")])
-    return pai.ModelResponse(parts=list(script[min(index, len(script) - 1)]))
+    return pai.ModelResponse(parts=list(script[index]))
 
 
 def _log(ctx: RunContext[Deps], tool: str) -> None:

@@ -119,16 +119,23 @@ def _request_messages(request: pai.ModelRequest) -> list[FrameworkMessage]:
                     text=_tool_result_text(part),
                 )
             )
-        elif isinstance(part, pai.RetryPromptPart):
-            stored.append(
-                FrameworkMessage(
-                    role=MessageRole.USER, framework_item=item, text=part.model_response()
-                )
-            )
         elif isinstance(part, pai.UserPromptPart):
             text = part.content if isinstance(part.content, str) else _text_of(part.content)
             stored.append(FrameworkMessage(role=MessageRole.USER, framework_item=item, text=text))
+        else:  # a retry prompt or feedback for the model, or any other request part
+            shown = _part_text(part)
+            stored.append(FrameworkMessage(role=MessageRole.USER, framework_item=item, text=shown))
     return stored
+
+
+def _part_text(part: pai.ModelRequestPart) -> str | None:
+    render = getattr(part, "model_response", None)
+    if callable(render):
+        rendered = render()
+        if isinstance(rendered, str):
+            return rendered
+    content = getattr(part, "content", None)
+    return content if isinstance(content, str) else None
 
 
 def _text_of(content: Sequence[pai.UserContent]) -> str:

@@ -41,6 +41,7 @@ from dex_agents_ray.pydantic_ai._messages import (
 )
 from dex_agents_ray.pydantic_ai._tools import (
     DeferToolSteps,
+    ToolStepsRequested,
     framework_effect,
     run_tool_call,
     schema_only_toolset,
@@ -276,7 +277,7 @@ class PydanticAIRunner:
         if history.open_calls:
             results = DeferredToolResults(
                 calls={
-                    call.tool_call_id: record_result(self._record_of(turn, call), call)
+                    call.tool_call_id: self._open_call_result(turn, listing, call)
                     for call in history.open_calls
                 }
             )
@@ -284,25 +285,28 @@ class PydanticAIRunner:
             message_history = history.messages[:-1]
             user_prompt = _prompt_content(history.turn_prompt)
         continuations = _continuations(turn.framework_run_state)
+        deferred: DeferredToolRequests | None = None
         async with agent.iter(
             user_prompt,
             message_history=message_history,
             deferred_tool_results=results,
-            output_type=_with_deferred(agent.output_type),
             deps=self._deps_value(),
             toolsets=toolsets,
             capabilities=[capability],
         ) as run:
             node: Any = run.next_node
             requested = False
-            while not Agent.is_end_node(node):
-                if Agent.is_model_request_node(node):
-                    if requested:
-                        break
-                    requested = True
-                    node = await self._request(run, node, turn)
-                    continue
-                node = await run.next(node)
+            try:
+                while not Agent.is_end_node(node):
+                    if Agent.is_model_request_node(node):
+                        if requested:
+                            break
+                        requested = True
+                        node = await self._request(run, node, turn)
+                        continue
+                    node = await run.next(node)
+            except ToolStepsRequested as stop:
+                deferred = stop.requests
             new = list(run.new_messages())
             usage = _usage(run.usage)
         system_parts: list[pai.SystemPromptPart] = []
@@ -313,18 +317,20 @@ class PydanticAIRunner:
         metadata = _metadata(response, _model_name(agent))
         if not requested:
             usage = AgentUsage()
-        if not Agent.is_end_node(node):
-            return self._continued(node, new, system_parts, usage, metadata, continuations)
-        output: Any = node.data.output
-        if isinstance(output, DeferredToolRequests):
+        output: Any = node.data.output if deferred is None and Agent.is_end_node(node) else None
+        if isinstance(output, DeferredToolRequests):  # the agent's own deferred tools
+            deferred = output
+        if deferred is not None:
             assert response is not None
             return ToolCallsRequested(
                 framework_run_state=encode_messages([response]),
-                tool_calls=self._deferred_calls(turn, response, output, capability, listing),
+                tool_calls=self._deferred_calls(turn, response, deferred, capability, listing),
                 usage=usage,
                 new_messages=framework_messages(new, system_parts=system_parts),
                 model_call_metadata=metadata,
             )
+        if not Agent.is_end_node(node):
+            return self._continued(node, new, system_parts, usage, metadata, continuations)
         final_text = output if isinstance(output, str) else to_json(output).decode()
         return TurnCompleted(
             new_messages=framework_messages(new, system_parts=system_parts, final_text=final_text),
@@ -446,6 +452,18 @@ class PydanticAIRunner:
                 )
             )
         return calls
+
+    def _open_call_result(
+        self, turn: AgentTurnContext, listing: SourceToolListing, call: pai.ToolCallPart
+    ) -> Any:
+        """The result of an open call: from its record; a replay-only source tool's
+        call (answered inside the run, so never recorded) gets its replay answer."""
+        from pydantic_ai import ToolReturn
+
+        record = self._record_of(turn, call)
+        if record is None and listing.is_replay_only(call.tool_name):
+            return ToolReturn(FrameworkToolSourceRouter.replay_result(turn, call.tool_call_id))
+        return record_result(record, call)
 
     @staticmethod
     def _record_of(turn: AgentTurnContext, call: pai.ToolCallPart) -> AgentToolCall | None:
@@ -575,15 +593,6 @@ def _prompt_content(request: pai.ModelRequest) -> Any:
     part = request.parts[0]
     assert isinstance(part, pai.UserPromptPart)
     return part.content
-
-
-def _with_deferred(output_type: Any) -> Any:
-    if isinstance(output_type, list | tuple):
-        kinds = list(output_type)
-        return kinds if DeferredToolRequests in kinds else [*kinds, DeferredToolRequests]
-    if output_type is DeferredToolRequests:
-        return output_type
-    return [output_type, DeferredToolRequests]
 
 
 def _model_name(agent: Agent[Any, Any]) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic_ai import (
     Agent,
     CallDeferred,
+    DeferredToolRequests,
     DeferredToolResults,
     RunContext,
     Tool,
@@ -38,6 +39,7 @@ from dex_agents_ray.session import (
 
 __all__ = [
     "DeferToolSteps",
+    "ToolStepsRequested",
     "deferred_tool_idempotency_key",
     "framework_effect",
     "run_tool_call",
@@ -85,6 +87,17 @@ def framework_effect(tool_def: ToolDefinition | None) -> ToolEffect | None:
     return None
 
 
+class ToolStepsRequested(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Ends a ``RunModel`` run once its tool calls are deferred (raised from the
+    capability's ``handle_deferred_tool_calls``): the run needs no
+    ``DeferredToolRequests`` output type, which an agent with output validators
+    cannot be given."""
+
+    def __init__(self, requests: DeferredToolRequests) -> None:
+        super().__init__("tool calls deferred to tool Steps")
+        self.requests = requests
+
+
 @dataclass
 class DeferToolSteps(AbstractCapability[Any]):
     """Defers every tool call of a ``RunModel`` run into a tool Step.
@@ -117,6 +130,11 @@ class DeferToolSteps(AbstractCapability[Any]):
         if answer is not None:
             return answer
         raise CallDeferred()
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        raise ToolStepsRequested(requests)
 
 
 def _never_runs(**_: Any) -> str:

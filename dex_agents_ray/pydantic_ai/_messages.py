@@ -14,7 +14,7 @@ when the history is rebuilt, where Pydantic AI keeps them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -88,7 +88,10 @@ def _tool_result_text(part: pai.ToolReturnPart | pai.RetryPromptPart) -> str:
 
 
 def _response_message(
-    response: pai.ModelResponse, preamble: Sequence[pai.ModelMessage], display: str | None
+    response: pai.ModelResponse,
+    preamble: Sequence[pai.ModelMessage],
+    display: str | None,
+    session_ids: Mapping[str, str],
 ) -> FrameworkMessage:
     calls = response.tool_calls
     text = display if display is not None else (response.text or None)
@@ -97,13 +100,17 @@ def _response_message(
         role=MessageRole.ASSISTANT,
         framework_item=encode_messages([*preamble, response]),
         text=text,
-        tool_call_id=single.tool_call_id if single is not None else None,
+        tool_call_id=session_ids.get(single.tool_call_id, single.tool_call_id)
+        if single is not None
+        else None,
         tool_name=single.tool_name if single is not None else None,
         tool_arguments=single.args_as_json_str() if single is not None else None,
     )
 
 
-def _request_messages(request: pai.ModelRequest) -> list[FrameworkMessage]:
+def _request_messages(
+    request: pai.ModelRequest, session_ids: Mapping[str, str]
+) -> list[FrameworkMessage]:
     stored: list[FrameworkMessage] = []
     for part in request.parts:
         one = replace(request, parts=[part])
@@ -113,7 +120,7 @@ def _request_messages(request: pai.ModelRequest) -> list[FrameworkMessage]:
                 FrameworkMessage(
                     role=MessageRole.TOOL,
                     framework_item=item,
-                    tool_call_id=part.tool_call_id,
+                    tool_call_id=session_ids.get(part.tool_call_id, part.tool_call_id),
                     tool_name=part.tool_name,
                     tool_output=_tool_result_text(part),
                     text=_tool_result_text(part),
@@ -147,12 +154,20 @@ def framework_messages(
     *,
     system_parts: Sequence[pai.SystemPromptPart] = (),
     final_text: str | None = None,
+    session_ids: Mapping[str, str] | None = None,
+    response_ids: Mapping[str, str] | None = None,
 ) -> list[FrameworkMessage]:
     """The messages to store for ``messages`` (new history of one model call).
 
     ``system_parts`` ride with the first response (see the module); ``final_text``
-    is the display text of the last response (a structured output as JSON).
+    is the display text of the last response (a structured output as JSON);
+    ``session_ids`` maps the framework's tool call IDs to the session's where they
+    differ, for the messages' ``tool_call_id`` (the items keep the framework's);
+    ``response_ids`` does the same for the calls of new responses (a framework ID
+    repeated in the turn names a new session call there).
     """
+    ids = session_ids or {}
+    new_ids = {**ids, **(response_ids or {})}
     stored: list[FrameworkMessage] = []
     preamble: list[pai.ModelMessage] = (
         [pai.ModelRequest(parts=list(system_parts))] if system_parts else []
@@ -162,10 +177,10 @@ def framework_messages(
     for message in messages:
         if isinstance(message, pai.ModelResponse):
             display = final_text if message is last else None
-            stored.append(_response_message(message, preamble, display))
+            stored.append(_response_message(message, preamble, display, new_ids))
             preamble = []
         else:
-            stored.extend(_request_messages(message))
+            stored.extend(_request_messages(message, ids))
     return stored
 
 

@@ -257,7 +257,8 @@ class PydanticAIRunner:
             _return_part(call, record_result(self._record_of(turn, call), call))
             for call in history.open_calls
         ]
-        return framework_messages([pai.ModelRequest(parts=returns)])
+        ids = _session_ids(turn.tool_calls.values())
+        return framework_messages([pai.ModelRequest(parts=returns)], session_ids=ids)
 
     # -- RunModel ----------------------------------------------------------------------
 
@@ -320,20 +321,30 @@ class PydanticAIRunner:
         output: Any = node.data.output if deferred is None and Agent.is_end_node(node) else None
         if isinstance(output, DeferredToolRequests):  # the agent's own deferred tools
             deferred = output
+        ids = _session_ids(turn.tool_calls.values())
         if deferred is not None:
             assert response is not None
+            calls = self._deferred_calls(turn, response, deferred, capability, listing)
+            stored = framework_messages(
+                new, system_parts=system_parts, session_ids=ids, response_ids=_session_ids(calls)
+            )
             return ToolCallsRequested(
                 framework_run_state=encode_messages([response]),
-                tool_calls=self._deferred_calls(turn, response, deferred, capability, listing),
+                tool_calls=calls,
                 usage=usage,
-                new_messages=framework_messages(new, system_parts=system_parts),
+                new_messages=stored,
                 model_call_metadata=metadata,
             )
         if not Agent.is_end_node(node):
-            return self._continued(node, new, system_parts, usage, metadata, continuations)
+            stored = framework_messages(
+                [*new, node.request], system_parts=system_parts, session_ids=ids
+            )
+            return self._continued(node, stored, usage, metadata, continuations)
         final_text = output if isinstance(output, str) else to_json(output).decode()
         return TurnCompleted(
-            new_messages=framework_messages(new, system_parts=system_parts, final_text=final_text),
+            new_messages=framework_messages(
+                new, system_parts=system_parts, final_text=final_text, session_ids=ids
+            ),
             usage=usage,
             model_call_metadata=metadata,
         )
@@ -341,14 +352,12 @@ class PydanticAIRunner:
     def _continued(
         self,
         node: Any,
-        new: list[pai.ModelMessage],
-        system_parts: list[pai.SystemPromptPart],
+        stored: list[FrameworkMessage],
         usage: AgentUsage,
         metadata: ModelCallMetadata,
         continuations: int,
     ) -> AgentTurnOutcome:
         request: pai.ModelRequest = node.request
-        stored = framework_messages([*new, request], system_parts=system_parts)
         if continuations >= MAX_CONSECUTIVE_TURN_CONTINUATIONS:
             return TurnCompleted(
                 new_messages=stored[:-1] if stored else stored,
@@ -616,6 +625,20 @@ def _continuations(run_state: str | None) -> int:
         value = last.metadata.get(_CONTINUATIONS_KEY, 0)
         return value if isinstance(value, int) else 0
     return 0
+
+
+def _session_ids(calls: Iterable[AgentToolCall | DeferredToolCall]) -> dict[str, str]:
+    """Framework tool call ID -> the session's, for calls whose IDs were mapped (a
+    later call of a repeated framework ID wins)."""
+    ordered = sorted(calls, key=lambda call: getattr(call, "deferral_order", 0))
+    ids: dict[str, str] = {}
+    for call in ordered:
+        if call.runner_tool_state is None:
+            continue
+        framework_id = str(json.loads(call.runner_tool_state)["id"])
+        if framework_id != call.tool_call_id:
+            ids[framework_id] = call.tool_call_id
+    return ids
 
 
 def _session_call_id(tool_call_id: str, used: set[str]) -> str:

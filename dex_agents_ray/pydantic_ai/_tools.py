@@ -183,16 +183,14 @@ async def run_tool_call(
     finally:
         with _EXECUTIONS_LOCK:
             _EXECUTIONS.pop(run_id, None)
-    if isinstance(part, pai.RetryPromptPart):
-        if part.tool_name is None:
-            raise ToolExecutionError(f"the agent has no tool named {record.tool_name}")
+    if isinstance(part, pai.RetryPromptPart):  # arguments the tool refused, an unknown tool
         message = part.content if isinstance(part.content, str) else part.model_response()
         raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + message)
+    content = part.content if isinstance(part.content, str) else part.model_response_str()
     if part.outcome == "retried":  # the tool raised ModelRetry
-        content = part.content if isinstance(part.content, str) else part.model_response_str()
         raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + content)
-    if part.outcome != "success":
-        raise ToolExecutionError(part.model_response_str())
+    if part.outcome != "success":  # ToolFailed: its own message, wrapped once, in RunModel
+        raise ToolExecutionError(content)
     return ToolExecutionResult(output=part.model_response_str())
 
 
@@ -205,17 +203,38 @@ async def _drive_to_result(
     tool_call_id: str,
 ) -> pai.ToolReturnPart | pai.RetryPromptPart:
     async with agent.iter(
-        None, message_history=history, deferred_tool_results=results, deps=deps, run_id=run_id
+        None,
+        message_history=history,
+        deferred_tool_results=results,
+        deps=deps,
+        run_id=run_id,
+        capabilities=[_RefuseDeferral()],
     ) as run:
         node: Any = run.next_node
-        while not Agent.is_end_node(node):
-            if Agent.is_model_request_node(node):
-                for part in node.request.parts:
-                    if (
-                        isinstance(part, pai.ToolReturnPart | pai.RetryPromptPart)
-                        and part.tool_call_id == tool_call_id
-                    ):
-                        return part
-                break
-            node = await run.next(node)
-    raise ToolExecutionError("the tool call was deferred again instead of running")
+        try:
+            while not Agent.is_end_node(node):
+                if Agent.is_model_request_node(node):
+                    for part in node.request.parts:
+                        if (
+                            isinstance(part, pai.ToolReturnPart | pai.RetryPromptPart)
+                            and part.tool_call_id == tool_call_id
+                        ):
+                            return part
+                    break
+                node = await run.next(node)
+        except ToolStepsRequested:
+            pass
+    raise ToolExecutionError(
+        "the tool deferred its own call (CallDeferred or ApprovalRequired), which a tool "
+        "Step cannot do: the session already ran it as a deferred call"
+    )
+
+
+@dataclass
+class _RefuseDeferral(AbstractCapability[Any]):
+    """Ends a tool Step's run when the tool defers itself (see ``run_tool_call``)."""
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        raise ToolStepsRequested(requests)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai import Agent, ModelRetry, RunContext, ToolFailed
 from pydantic_ai import messages as pai
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from dex_agents_ray import CONTEXT_SUMMARY_INSTRUCTIONS, CONTEXT_SUMMARY_NOTE_HEADER
 from dex_agents_ray.pydantic_ai import deferred_tool_idempotency_key
 from dex_agents_ray.testing import FileGate, InvocationLog
 
@@ -48,6 +49,7 @@ SCRIPTS: dict[str, list[Reply]] = {
     "write gated": [[call("work", "w1", gate="work-1")], [text("wrote")]],
     "refund A1": [[call("refund", "r1", order="A1")], [text("refunded")]],
     "broken": [[call("broken", "b1")]],
+    "gone": [[call("gone", "g1")]],
     "picky": [[call("picky", "p1", value=3)], [call("picky", "p2", value=12)]],
     "slashes": [[call("add", "x/1", a=1, b=1)], [call("add", "x/1", a=2, b=2)]],
     "order": [[call("final_result", "o1", order_id="A1", status="shipped")]],
@@ -74,7 +76,18 @@ def _prompt_and_index(messages: list[pai.ModelMessage]) -> tuple[str, int]:
 
 
 def scripted_model(messages: list[pai.ModelMessage], info: AgentInfo) -> pai.ModelResponse:
+    if info.instructions == CONTEXT_SUMMARY_INSTRUCTIONS:  # a compaction summary request
+        return pai.ModelResponse(parts=[pai.TextPart(f"summary of {len(str(messages))} chars")])
     prompt, index = _prompt_and_index(messages)
+    summarized = any(
+        isinstance(p, pai.UserPromptPart)
+        and isinstance(p.content, str)
+        and p.content.startswith(CONTEXT_SUMMARY_NOTE_HEADER)
+        for m in messages
+        for p in m.parts
+    )
+    if prompt.startswith("Message "):  # ContextWindowSessionScenario's turns
+        return pai.ModelResponse(parts=[pai.TextPart(f"noted (summary seen: {summarized})")])
     if prompt.startswith("echo "):
         reply = f"echo: {prompt[5:]} ({len(messages)} messages)"
         return pai.ModelResponse(parts=[pai.TextPart(reply)])
@@ -134,6 +147,13 @@ async def broken(ctx: RunContext[Deps]) -> str:
     """Always raises."""
     _log(ctx, "broken")
     raise RuntimeError("the broken tool broke")
+
+
+@agent.tool
+async def gone(ctx: RunContext[Deps]) -> str:
+    """Fails for good: the model should adapt."""
+    _log(ctx, "gone")
+    raise ToolFailed("the record is gone")
 
 
 @agent.tool

@@ -18,6 +18,7 @@ from dex_agents_ray import (
     AgentSessionClient,
     AgentSessionOptions,
     AgentToolCallStatus,
+    CompactionPolicy,
     MessageRole,
     ToolEffect,
     ToolPolicy,
@@ -27,7 +28,7 @@ from dex_agents_ray.pydantic_ai import (
     deferred_tool_idempotency_key,
     pydantic_ai_session_flow,
 )
-from dex_agents_ray.testing import InvocationLog
+from dex_agents_ray.testing import ContextWindowSessionScenario, InvocationLog
 from tests.pydantic_ai.agents import Deps, agent, structured_agent
 from tests.session.polling import has_interrupt, snapshot_when, turn_done
 
@@ -166,6 +167,40 @@ async def test_a_tool_that_raises_is_retried_by_its_effect_then_fails(
     assert done.state is not None and done.state.last_turn_error is None
 
 
+async def test_a_tool_failed_reaches_the_model_with_its_own_message(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    sessions = await _session(engine_factory, state_dir)
+    await sessions.start_session("gone-1", "gone")
+    done = await snapshot_when(sessions, "gone-1", turn_done(1), timeout=120)
+
+    assert len(_log(state_dir, "gone")) == 1  # a reported failure: no retry
+    [part] = ModelMessagesTypeAdapter.validate_json(
+        next(
+            m for m in done.messages if m.tool_call_id == "g1" and m.role is MessageRole.TOOL
+        ).framework_item
+    )[0].parts
+    assert isinstance(part, ToolReturnPart)
+    assert (part.outcome, part.content) == ("failed", "the record is gone")
+
+
+async def test_the_context_window_scenario_compacts_a_pydantic_ai_session(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    options = AgentSessionOptions(
+        default_tool_effect=ToolEffect.READ,
+        compaction=CompactionPolicy(context_window_tokens=1500),
+        retained_message_limit=8,
+    )
+    sessions = await _session(engine_factory, state_dir, options=options)
+    result = await ContextWindowSessionScenario(sessions=sessions, turns=12).run()
+
+    assert result.compactions >= 1 and result.summary_generation == result.compactions
+    assert result.last_sequence == 2 * 12
+    snapshot = await sessions.get_agent_snapshot("context-window")
+    assert snapshot.messages[-1].text == "noted (summary seen: True)"
+
+
 async def test_tool_call_ids_with_slashes_or_repeated_in_a_turn_are_mapped(
     engine_factory: Any, state_dir: Path
 ) -> None:
@@ -176,6 +211,12 @@ async def test_tool_call_ids_with_slashes_or_repeated_in_a_turn_are_mapped(
     keys = [key for _, key in _log(state_dir, "add")]
     assert keys == ["ids-1/turn-1/x_1", "ids-1/turn-1/x_1-2"]
     assert done.messages[-1].text == "seen ['4'] retries []"
+    # Messages name the session's IDs; their items keep the provider's.
+    tools = [m for m in done.messages if m.role is MessageRole.TOOL]
+    assert [(m.tool_call_id, m.tool_output) for m in tools] == [("x_1", "2"), ("x_1-2", "4")]
+    requests = [m for m in done.messages if m.role is MessageRole.ASSISTANT and m.tool_call_id]
+    assert [m.tool_call_id for m in requests] == ["x_1", "x_1-2"]
+    assert all('"x/1"' in m.framework_item for m in tools)
 
 
 async def test_structured_output_is_the_final_message(engine_factory: Any, state_dir: Path) -> None:

@@ -20,12 +20,28 @@ the first (``engine/_channel.py``); ``session-shared-ray-nosockets`` is the same
 call a Ray call. The others run tools inline in the host, on dedicated hosts, or as
 one Ray task per attempt (``session-shared-tasks``). Dedicated placement is not run
 at C=500 (an actor per session: 500 processes), nor are Ray-task tools (tens of
-steps/s at C=50). Peak RSS counts the host and executor actors; Ray's own processes
-are reported apart, and "Ray PSS" sums the proportional set size of every Ray
-process (hosts, executors, task workers, GCS, raylet, agents) at the end of the C=50
-job. The run ends with the fan-out issue's must-meet targets for the headline row,
+steps/s at C=50). ``dex:pydantic-ai`` is the headline row's configuration with an
+unchanged ``pydantic_ai.Agent`` in place of the built-in loop
+(``pydantic_ai_session_flow``; ``benchmarks/peers/pydantic_ai_peer.py``): a
+``FunctionModel`` scripted to ask for the same 3 calls in one response and then
+answer, 3 no-op ``@agent.tool_plain`` tools, ``read`` by policy. Its floor,
+``pydantic-ai``, is the same agent run plainly in one process (Pydantic AI's own
+``agent.run`` loop runs the tools; no durability). Peak RSS counts the host and
+executor actors; Ray's own processes are reported apart, and "Ray PSS" sums the
+proportional set size of every Ray process (hosts, executors, task workers, GCS,
+raylet, agents) at the end of the C=50 job. CPU ms/step is the CPU time of the
+client process (all threads) plus its host and executor actors over the timed
+sessions, divided by their steps (not Ray's own processes); the table shows C=1's.
+The run ends with the fan-out issue's must-meet targets for the headline row,
 computed from this run (a turn's p99 against its median counts the turns of the
-timed sessions, after the warm-up ones).
+timed sessions, after the warm-up ones), then the Pydantic AI adapter's figures:
+``dex:pydantic-ai``'s CPU ms/step at C=50 against the headline row's from the same
+run (target: at most 1.5x), its C=1 ms/step against the plain ``pydantic-ai`` run
+(what durability costs a Pydantic AI user), and the bytes of
+``framework_run_state`` per ``RunModel``. Those bytes are not from the jobs: this
+process drives 10 turns of each runner (Pydantic AI's and the built-in loop's) by
+hand, storing messages as the session does, and weighs each ``run_model_step``
+outcome (``pydantic_ai_peer.run_state_bytes``).
 
 Interleaved rounds (``--rounds``) give medians; the machine is shared and noisy:
 on one machine the same job's ms/step moved between 2.5 and 4.5 from one minute
@@ -51,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.peers.run import PeerJobError, run_job, run_paired  # noqa: E402
 
-FLOORS = ("plain", "sqlite:full", "sqlite:group")
+FLOORS = ("plain", "pydantic-ai", "sqlite:full", "sqlite:group")
 PEERS = ("dbos:wal", "langgraph:async", "restate")
 OURS = (
     "dex:session-shared-ray",
@@ -61,11 +77,18 @@ OURS = (
     "dex:session-shared",
     "dex:session-dedicated",
     "dex:session-shared-tasks",
+    "dex:pydantic-ai",
 )
 HEADLINE = "dex:session-shared-ray"
 """The default configuration: agent sessions whose tools go to Ray (pooled executors)."""
 ANCHOR = "dbos:wal"
 """The peer that our C=1 jobs are paired with."""
+PYDANTIC_AI = "dex:pydantic-ai"
+"""The headline configuration running an unchanged Pydantic AI agent."""
+PYDANTIC_AI_PLAIN = "pydantic-ai"
+"""The same agent run plainly in process: no durability."""
+PYDANTIC_AI_CPU_TARGET = 1.5
+"""``dex:pydantic-ai``'s CPU ms/step at C=50 at most this many times the headline's."""
 
 
 def _jobs(systems: tuple[str, ...], with_500: bool) -> list[tuple[str, int]]:
@@ -139,6 +162,46 @@ def _targets(figure: Any) -> None:
     if None not in calls:
         label = "client -> host calls a turn (RPC + polls)"
         print(f"  {label:<42}C=1 {calls[0]:.2f}, C=50 {calls[1]:.2f}")
+
+
+def _pydantic_ai(figure: Any) -> None:
+    """The Pydantic AI adapter's figures: CPU at C=50 against the headline row's,
+    the cost of durability against the plain run, and run-state bytes per RunModel."""
+    from benchmarks.peers.pydantic_ai_peer import run_state_bytes
+
+    def cpu(system: str, concurrency: int) -> float | None:
+        value: float | None = figure(system, concurrency, "cpu_ms_per_step")
+        return value
+
+    print(f"\nPydantic AI adapter ({PYDANTIC_AI}: {HEADLINE}'s configuration, a Pydantic AI agent)")
+    ratio = _ratio(cpu(PYDANTIC_AI, 50), cpu(HEADLINE, 50))
+    verdict = ""
+    if ratio != "-":
+        verdict = "  met" if float(ratio) <= PYDANTIC_AI_CPU_TARGET else "  NOT met"
+    print(
+        f"{PYDANTIC_AI} CPU ms/step at C=50: {_fmt(cpu(PYDANTIC_AI, 50))} ({ratio} x {HEADLINE}; "
+        f"target <= {PYDANTIC_AI_CPU_TARGET}x){verdict}"
+    )
+    print(
+        f"  {HEADLINE} CPU ms/step at C=50: {_fmt(cpu(HEADLINE, 50))}; at C=1: "
+        f"{PYDANTIC_AI} {_fmt(cpu(PYDANTIC_AI, 1))}, {HEADLINE} {_fmt(cpu(HEADLINE, 1))} "
+        f"({_ratio(cpu(PYDANTIC_AI, 1), cpu(HEADLINE, 1))}x)"
+    )
+    ms, plain = figure(PYDANTIC_AI, 1, "ms_per_step"), figure(PYDANTIC_AI_PLAIN, 1, "ms_per_step")
+    if ms is not None and plain is not None:
+        print(
+            f"  C=1 ms/step: {ms:.3f} durable, {plain:.3f} plain ({PYDANTIC_AI_PLAIN}: agent.run "
+            f"in process, no durability): durability adds {ms - plain:.3f} ms/step "
+            f"({_ratio(ms, plain)}x)"
+        )
+    for system, sizes in run_state_bytes().items():
+        low, high = sizes["run_state_bytes_min_max"]
+        print(
+            f"  {system} framework_run_state: {sizes['run_state_bytes_per_run_model']:,.0f} B "
+            f"per RunModel ({low:,}-{high:,} B on each tool-call response, none on answers; "
+            f"{sizes['run_models']} RunModels); stored messages "
+            f"{sizes['message_bytes_per_run_model']:,.0f} B per RunModel"
+        )
 
 
 def _run(system: str, concurrency: int, sessions: int, paired: bool) -> dict[str, Any]:
@@ -243,6 +306,8 @@ def main(
             f"{_ratio(rate, figure('restate', 50, 'steps_per_s')):>14}"
         )
     _targets(figure)
+    if PYDANTIC_AI in systems:
+        _pydantic_ai(figure)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ Variants:
         (``RemoteExecution.TASK``). The client
         starts the session, sends each turn's user message and reads the
         ``AgentEvents`` stream until the turn completes, as an application does.
+    pydantic-ai: ``session-shared-ray`` with an unchanged ``pydantic_ai.Agent``
+        (``pydantic_ai_session_flow``) in place of the built-in loop: its
+        ``FunctionModel`` asks for the same 3 calls and answers the same text, its
+        3 no-op tools are ``@agent.tool_plain`` functions (``pydantic_ai_peer.py``).
 
 Every process of the runtime counts: the job reports the CPU and the peak RSS of
 the host actors next to the client process's (``helper_processes``), and the RSS of
@@ -25,11 +29,13 @@ Ray's own processes (GCS, raylet, agents) separately.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +79,7 @@ from .workload import (
     TOOLS,
     TURNS,
     Message,
+    PeerUnavailable,
     ToolCall,
     encode,
     run_tool,
@@ -89,6 +96,7 @@ VARIANTS = (
     "session-shared",
     "session-dedicated",
     "session-shared-tasks",
+    "pydantic-ai",
     "flow-shared-postgres",
     "session-shared-postgres",
 )
@@ -249,6 +257,8 @@ class DexEngine:
         self._turn_ms: list[float] = []
         self._host_calls = 0
         self._turns = 0
+        self.versions: dict[str, str] = {}
+        """Versions of what the job runs beside ``PACKAGES`` (the agent framework's)."""
         call = engine.client._call
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -354,6 +364,10 @@ async def open_system(
 async def _open(
     store: Path | str, variant: str, runtime_env: dict[str, Any] | None = None
 ) -> AsyncIterator[DexEngine]:
+    if variant == "pydantic-ai" and importlib.util.find_spec("pydantic_ai") is None:
+        raise PeerUnavailable(
+            "pydantic_ai is not installed (pip install -c constraints.txt -e '.[pydantic-ai]')"
+        )
     repo = _REPO
     # Ray workers unpickle this module's Steps by reference: give them the repository.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -374,7 +388,15 @@ async def _open(
     kind, _, rest = variant.removesuffix("-nosockets").partition("-")
     placement = "dedicated" if rest.startswith("dedicated") else "shared"
     tools = "tasks" if rest.endswith("tasks") else "ray" if rest.endswith("ray") else "inline"
-    flow: Any = AgentLoopFlow() if kind == "flow" else session_flow(tools)
+    flow: Any
+    versions: dict[str, str] = {}
+    if variant == "pydantic-ai":  # the default configuration, with a Pydantic AI agent
+        from .pydantic_ai_peer import session_flow as pydantic_ai_flow
+
+        kind, placement, flow = "session", "shared", pydantic_ai_flow()
+        versions["pydantic-ai-slim"] = metadata.version("pydantic-ai-slim")
+    else:
+        flow = AgentLoopFlow() if kind == "flow" else session_flow(tools)
     engine = await FlowEngine.start(
         [flow],
         store=store,
@@ -391,6 +413,7 @@ async def _open(
             names.setdefault(engine.placement.host_name(f"pool-{i}"), f"pool-{i}")
         await asyncio.gather(*(engine.host(flow_id).pid.remote() for flow_id in names.values()))
     system = DexEngine(engine, flow, sessions)
+    system.versions.update(versions)
     if placement == "shared":
         # ...and warm: one session on each host loads the Flow definition and the
         # modules its Steps import there, as a long-lived pool has done long before

@@ -5,14 +5,15 @@ From the repository root, with a Python that has the ``bench`` extra for the pee
     .venv/bin/python -m benchmarks.peers.run SYSTEM[:VARIANT] C [N]
     .venv/bin/python benchmarks/peers/run.py SYSTEM[:VARIANT] C [N]
 
-SYSTEM is ``plain``, ``sqlite`` (``full``, ``normal``, ``group``), ``dbos``
-(``default``, ``wal``), ``langgraph`` (``async``, ``sync``) or ``restate``;
-without a variant the first one is used. C is the number of concurrent sessions:
-1 times N sequential sessions (default 10); more runs C sessions at once. Each job
-uses a fresh temporary directory and 2 untimed warm-up sessions (see
-``workload.py``). A system whose packages are not installed (or whose server
-binary is missing: Restate's comes from ``scripts/install-restate``) prints
-``{"system": ..., "C": ..., "skipped": reason}``.
+SYSTEM is ``plain``, ``pydantic-ai`` (an unchanged Pydantic AI agent run plainly,
+no durability), ``sqlite`` (``full``, ``normal``, ``group``), ``dbos``
+(``default``, ``wal``), ``langgraph`` (``async``, ``sync``), ``restate`` or ``dex``
+(this project, ``dex_engine.py``); without a variant the first one is used. C is
+the number of concurrent sessions: 1 times N sequential sessions (default 10);
+more runs C sessions at once. Each job uses a fresh temporary directory and 2
+untimed warm-up sessions (see ``workload.py``). A system whose packages are not
+installed (or whose server binary is missing: Restate's comes from
+``scripts/install-restate``) prints ``{"system": ..., "C": ..., "skipped": reason}``.
 
 Another benchmark calls :func:`run_job`, which runs each job in its own process so
 that every job has its own peak RSS and nothing is shared between systems; or
@@ -64,6 +65,7 @@ class _Peer:
 
 _PEERS = {
     "plain": _Peer(module="plain", variants=()),
+    "pydantic-ai": _Peer(module="pydantic_ai_peer", variants=()),
     "sqlite": _Peer(module="sqlite_floor", variants=("full", "normal", "group")),
     "dbos": _Peer(module="dbos_peer", variants=("default", "wal")),
     "langgraph": _Peer(module="langgraph_peer", variants=("async", "sync")),
@@ -78,6 +80,7 @@ _PEERS = {
             "session-shared",
             "session-dedicated",
             "session-shared-tasks",
+            "pydantic-ai",
             "flow-shared-postgres",
             "session-shared-postgres",
         ),

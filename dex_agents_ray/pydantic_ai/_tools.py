@@ -71,6 +71,11 @@ def deferred_tool_idempotency_key(ctx: RunContext[Any]) -> str:
     return execution.idempotency_key
 
 
+def _key_of_run(ctx: RunContext[Any]) -> str | None:
+    execution = _EXECUTIONS.get(ctx.run_id or "")
+    return execution.idempotency_key if execution is not None else None
+
+
 def framework_effect(tool_def: ToolDefinition | None) -> ToolEffect | None:
     """The effect MCP annotations declare for a tool (``readOnlyHint``: ``read``;
     ``idempotentHint``: ``idempotent_write``); ``None`` without annotations."""
@@ -169,8 +174,10 @@ async def run_tool_call(
             ``MODEL_RETRY_ERROR_PREFIX``) or ``ToolFailed``, or the agent does not
             have the tool.
     """
+    from dex_agents_ray.pydantic_ai._mcp import send_idempotency_keys
     from dex_agents_ray.pydantic_ai._messages import MODEL_RETRY_ERROR_PREFIX
 
+    send_idempotency_keys(agent, _key_of_run)
     record = execution.tool_call
     call = pai.ToolCallPart(record.tool_name, record.arguments or "{}", tool_call_id=tool_call_id)
     history: list[pai.ModelMessage] = [pai.ModelResponse(parts=[call])]

@@ -232,14 +232,46 @@ def _hoist_system_parts(messages: list[pai.ModelMessage]) -> list[pai.ModelMessa
     return kept
 
 
-def rebuild_history(turn: AgentTurnContext) -> History:
-    """The model input of ``turn`` from its stored messages (and summary)."""
+def _with_images(
+    messages: list[pai.ModelMessage], images: Sequence[pai.BinaryContent]
+) -> list[pai.ModelMessage]:
+    """A stored user message's request with its images' bytes after its text."""
+    shown: list[pai.ModelMessage] = []
+    for message in messages:
+        if isinstance(message, pai.ModelRequest):
+            parts = [
+                replace(p, content=[p.content, *images])
+                if isinstance(p, pai.UserPromptPart) and isinstance(p.content, str)
+                else p
+                for p in message.parts
+            ]
+            message = replace(message, parts=parts)
+        shown.append(message)
+    return shown
+
+
+def rebuild_history(
+    turn: AgentTurnContext, image_bytes: Mapping[str, bytes] | None = None
+) -> History:
+    """The model input of ``turn`` from its stored messages (and summary).
+
+    ``image_bytes`` (by SHA-256) gives user messages their images; without it
+    the model sees their text only.
+    """
     flat: list[pai.ModelMessage] = []
     if turn.context_summary is not None:
         note = f"{CONTEXT_SUMMARY_NOTE_HEADER}\n{turn.context_summary.text}"
         flat.append(pai.ModelRequest(parts=[pai.UserPromptPart(note)]))
     for stored in turn.messages:
-        flat.extend(decode_item(stored))
+        decoded = decode_item(stored)
+        if image_bytes is not None and stored.images and stored.role is MessageRole.USER:
+            images = [
+                pai.BinaryContent(data=image_bytes[ref.sha256], media_type=ref.mime_type)
+                for ref in stored.images
+                if ref.sha256 in image_bytes
+            ]
+            decoded = _with_images(decoded, images)
+        flat.extend(decoded)
     flat = _hoist_system_parts(flat)
     history = History()
     pending: dict[str, pai.ToolCallPart] = {}

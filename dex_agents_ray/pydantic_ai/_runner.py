@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +32,6 @@ from dex_agents_ray.builtin_loop import (
 )
 from dex_agents_ray.media import AgentImageReference, MediaStore, load_images
 from dex_agents_ray.pydantic_ai._messages import (
-    History,
     encode_messages,
     framework_messages,
     rebuild_history,
@@ -265,8 +264,8 @@ class PydanticAIRunner:
     async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
         """Make at most one model request through the agent and report what it asked."""
         agent = self.agent
-        history = rebuild_history(turn)
-        await self._attach_images(turn, history)
+        image_bytes = await self._image_bytes(turn)
+        history = rebuild_history(turn, image_bytes)
         listing = SourceToolListing()
         if self._router.sources:
             listing = await self._router.list_for_turn(turn)
@@ -278,7 +277,7 @@ class PydanticAIRunner:
         if history.open_calls:
             results = DeferredToolResults(
                 calls={
-                    call.tool_call_id: self._open_call_result(turn, listing, call)
+                    call.tool_call_id: self._open_call_result(turn, listing, call, image_bytes)
                     for call in history.open_calls
                 }
             )
@@ -463,16 +462,29 @@ class PydanticAIRunner:
         return calls
 
     def _open_call_result(
-        self, turn: AgentTurnContext, listing: SourceToolListing, call: pai.ToolCallPart
+        self,
+        turn: AgentTurnContext,
+        listing: SourceToolListing,
+        call: pai.ToolCallPart,
+        image_bytes: Mapping[str, bytes] | None,
     ) -> Any:
-        """The result of an open call: from its record; a replay-only source tool's
-        call (answered inside the run, so never recorded) gets its replay answer."""
+        """The result of an open call: from its record (with its images' bytes); a
+        replay-only source tool's call (answered inside the run, so never recorded)
+        gets its replay answer."""
         from pydantic_ai import ToolReturn
 
         record = self._record_of(turn, call)
         if record is None and listing.is_replay_only(call.tool_name):
             return ToolReturn(FrameworkToolSourceRouter.replay_result(turn, call.tool_call_id))
-        return record_result(record, call)
+        result = record_result(record, call)
+        if record is not None and record.images and image_bytes and isinstance(result, ToolReturn):
+            images = [
+                pai.BinaryContent(data=image_bytes[ref.sha256], media_type=ref.mime_type)
+                for ref in record.images
+                if ref.sha256 in image_bytes
+            ]
+            result = ToolReturn(result.return_value, content=images)
+        return result
 
     @staticmethod
     def _record_of(turn: AgentTurnContext, call: pai.ToolCallPart) -> AgentToolCall | None:
@@ -484,30 +496,16 @@ class PydanticAIRunner:
                 found = record
         return found
 
-    async def _attach_images(self, turn: AgentTurnContext, history: History) -> None:
-        """Give the model the bytes of stored user images (from the media store)."""
+    async def _image_bytes(self, turn: AgentTurnContext) -> dict[str, bytes] | None:
+        """The bytes of the turn's stored images (user messages and this turn's tool
+        results), from the media store; ``None`` without one."""
         if self.media_store is None:
-            return
+            return None
         references = [ref for message in turn.messages for ref in message.images]
+        references.extend(ref for record in turn.tool_calls.values() for ref in record.images)
         if not references:
-            return
-        loaded = await load_images(self.media_store, references)
-        by_text: dict[str, list[Any]] = {}
-        for message in turn.messages:
-            if message.images and message.text is not None:
-                by_text.setdefault(message.text, []).extend(
-                    pai.BinaryContent(data=loaded[ref.sha256], media_type=ref.mime_type)
-                    for ref in message.images
-                )
-        for index, model_message in enumerate(history.messages):
-            if not isinstance(model_message, pai.ModelRequest):
-                continue
-            parts = [_with_images(part, by_text) for part in model_message.parts]
-            history.messages[index] = replace(model_message, parts=parts)
-        if history.turn_prompt is not None and history.messages:
-            last = history.messages[-1]
-            if isinstance(last, pai.ModelRequest):
-                history.turn_prompt = last
+            return {}
+        return await load_images(self.media_store, references)
 
     # -- tool Steps --------------------------------------------------------------------
 
@@ -519,7 +517,12 @@ class PydanticAIRunner:
             return await self._router.execute_deferred_tool_call(call)
         tool_call_id, approval = _parse_call_state(record)
         return await run_tool_call(
-            self.agent, call, tool_call_id=tool_call_id, approval=approval, deps=self._deps_value()
+            self.agent,
+            call,
+            tool_call_id=tool_call_id,
+            approval=approval,
+            deps=self._deps_value(),
+            media_store=self.media_store,
         )
 
     async def poll_tool_task(self, poll: ToolTaskPoll) -> ToolTaskPollOutcome:
@@ -570,15 +573,6 @@ class PydanticAIRunner:
             usage=_usage(response.usage),
             model_call_metadata=_metadata(response, _model_name(self.agent)),
         )
-
-
-def _with_images(part: Any, by_text: dict[str, list[Any]]) -> Any:
-    if not isinstance(part, pai.UserPromptPart) or not isinstance(part.content, str):
-        return part
-    images = by_text.get(part.content)
-    if not images:
-        return part
-    return replace(part, content=[part.content, *images])
 
 
 def _return_part(call: pai.ToolCallPart, result: Any) -> pai.ModelRequestPart:

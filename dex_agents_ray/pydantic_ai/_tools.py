@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_ai import (
@@ -30,6 +30,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
+from dex_agents_ray.media import MediaStore, validate_image_references
 from dex_agents_ray.session import (
     DeferredToolExecution,
     ToolEffect,
@@ -165,14 +166,15 @@ async def run_tool_call(
     tool_call_id: str,
     approval: bool,
     deps: Any,
+    media_store: MediaStore | None = None,
 ) -> ToolExecutionResult:
     """Run one tool call through the agent's tool machinery, once, and stop before
     the model would be called with its result.
 
     Raises:
         ToolExecutionError: The tool raised ``ModelRetry`` (its message after
-            ``MODEL_RETRY_ERROR_PREFIX``) or ``ToolFailed``, or the agent does not
-            have the tool.
+            ``MODEL_RETRY_ERROR_PREFIX``) or ``ToolFailed``, the agent does not
+            have the tool, or it returned images without a media store.
     """
     from dex_agents_ray.pydantic_ai._mcp import send_idempotency_keys
     from dex_agents_ray.pydantic_ai._messages import MODEL_RETRY_ERROR_PREFIX
@@ -186,10 +188,11 @@ async def run_tool_call(
     with _EXECUTIONS_LOCK:
         _EXECUTIONS[run_id] = execution
     try:
-        part = await _drive_to_result(agent, history, results, deps, run_id, tool_call_id)
+        parts = await _drive_to_result(agent, history, results, deps, run_id, tool_call_id)
     finally:
         with _EXECUTIONS_LOCK:
             _EXECUTIONS.pop(run_id, None)
+    part = parts[0]
     if isinstance(part, pai.RetryPromptPart):  # arguments the tool refused, an unknown tool
         message = part.content if isinstance(part.content, str) else part.model_response()
         raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + message)
@@ -198,7 +201,38 @@ async def run_tool_call(
         raise ToolExecutionError(MODEL_RETRY_ERROR_PREFIX + content)
     if part.outcome != "success":  # ToolFailed: its own message, wrapped once, in RunModel
         raise ToolExecutionError(content)
-    return ToolExecutionResult(output=part.model_response_str())
+    return await _with_images(record.tool_name, part, parts[1:], media_store)
+
+
+def _binary_images(content: Any) -> list[pai.BinaryContent]:
+    items = content if isinstance(content, list | tuple) else [content]
+    return [item for item in items if isinstance(item, pai.BinaryContent) and item.is_image]
+
+
+async def _with_images(
+    tool_name: str,
+    part: pai.ToolReturnPart,
+    extra: Sequence[pai.ModelRequestPart],
+    media_store: MediaStore | None,
+) -> ToolExecutionResult:
+    """The tool's result with the images it returned (in its return value, or as a
+    ``ToolReturn``'s content) uploaded to the media store."""
+    images = _binary_images(part.content)
+    for other in extra:
+        if isinstance(other, pai.UserPromptPart):
+            images.extend(_binary_images(other.content))
+    if not images:
+        return ToolExecutionResult(output=part.model_response_str())
+    if media_store is None:
+        raise ToolExecutionError(
+            f"tool {tool_name} returned images, but the runner has no media store to show them"
+        )
+    rest = part.content if isinstance(part.content, list | tuple) else [part.content]
+    kept = [item for item in rest if not isinstance(item, pai.BinaryContent)]
+    output = replace(part, content=kept[0] if len(kept) == 1 else kept).model_response_str()
+    references = [await media_store.put_image(image.data) for image in images]
+    validate_image_references(references)
+    return ToolExecutionResult(output=output if kept else "", images=tuple(references))
 
 
 async def _drive_to_result(
@@ -208,7 +242,9 @@ async def _drive_to_result(
     deps: Any,
     run_id: str,
     tool_call_id: str,
-) -> pai.ToolReturnPart | pai.RetryPromptPart:
+) -> list[Any]:
+    """The call's result part first, then the other parts of the request Pydantic AI
+    would send with it (a ``ToolReturn``'s content)."""
     async with agent.iter(
         None,
         message_history=history,
@@ -221,12 +257,13 @@ async def _drive_to_result(
         try:
             while not Agent.is_end_node(node):
                 if Agent.is_model_request_node(node):
-                    for part in node.request.parts:
+                    parts = list(node.request.parts)
+                    for part in parts:
                         if (
                             isinstance(part, pai.ToolReturnPart | pai.RetryPromptPart)
                             and part.tool_call_id == tool_call_id
                         ):
-                            return part
+                            return [part, *(p for p in parts if p is not part)]
                     break
                 node = await run.next(node)
         except ToolStepsRequested:

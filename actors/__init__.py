@@ -4,6 +4,9 @@
   approval and runs at most once, and ``ask_user`` when an order is not named.
 - ``actors.research:flow`` — a research agent over MCP servers
   (``mcp-server-time`` from PyPI by default; ``research_flow(servers)`` for others).
+- ``actors.pydantic_support:flow`` — the support desk written in Pydantic AI (an
+  unchanged ``pydantic_ai.Agent``, ``actors.pydantic_support:agent``), run by
+  ``dex_agents_ray.pydantic_ai``.
 - ``actors.grader:flow`` — an LLM judge: scores an answer against what was
   expected and replies with JSON (``parse_grade``).
 

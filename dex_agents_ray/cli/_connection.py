@@ -126,6 +126,9 @@ def _load_one(spec: str) -> list[AgentSessionFlow]:
         if not hasattr(value, part):
             raise ValueError(f"--agent {spec}: {module_name!r} has no attribute {attr!r}")
         value = getattr(value, part)
+    wrapped = _framework_agent_flow(spec, value, attr)
+    if wrapped is not None:
+        return [wrapped]
     if callable(value) and not isinstance(value, AgentSessionFlow):
         value = value()
     items = list(value) if isinstance(value, list | tuple) else [value]
@@ -135,6 +138,27 @@ def _load_one(spec: str) -> list[AgentSessionFlow]:
                 f"--agent {spec}: expected an AgentSessionFlow, got {type(item).__name__}"
             )
     return items
+
+
+def _framework_agent_flow(spec: str, value: Any, attr: str) -> AgentSessionFlow | None:
+    """A bare framework agent (a ``pydantic_ai.Agent``) as its session Flow, with a
+    one-line note; ``None`` for anything else. The Flow type is the agent's name, or
+    the attribute's, so every process that loads ``spec`` registers the same one."""
+    if not type(value).__module__.startswith("pydantic_ai"):
+        return None
+    from pydantic_ai import Agent
+
+    if not isinstance(value, Agent):
+        return None
+    from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
+
+    flow_type = value.name or attr.rsplit(".", 1)[-1]
+    print(
+        f"--agent {spec}: a Pydantic AI agent, run as session Flow {flow_type!r} "
+        "(pydantic_ai_session_flow, default options)",
+        file=sys.stderr,
+    )
+    return pydantic_ai_session_flow(value, flow_type=flow_type)
 
 
 async def start_engine(options: ConnectionOptions, flows: Sequence[AgentSessionFlow]) -> FlowEngine:

@@ -65,7 +65,9 @@ def test_the_notebook_runs_and_shows_the_sessions(tmp_path: Path) -> None:
     for _, cell in cells:
         assert not [o for o in cell.outputs if o.output_type == "error"], cell.source
 
-    _, setup, first_turn, view, refund, approve, sync, evaluation, plot, _ = cells
+    _, setup, first_turn, view, refund, approve, sync, evaluation, plot, pydantic, pyd_eval, _ = (
+        cells
+    )
     assert f"engine on {tmp_path / 'engine.db'}" in _text(setup[1])
 
     # The live view: one display output, updated in place as events arrived.
@@ -97,3 +99,12 @@ def test_the_notebook_runs_and_shows_the_sessions(tmp_path: Path) -> None:
         row = next(line for line in table.splitlines() if line.startswith(case_id))
         assert row.split()[1:3] == ["scored", score], row
     assert any("image/png" in o.get("data", {}) for o in plot[1].outputs)
+
+    # The same desk as an unchanged Pydantic AI agent: a live turn, then the evaluation.
+    index, cell = pydantic
+    assert client.messages[index]["update_display_data"] >= 1
+    assert "Order status" in _html(cell) and "office chair" in _html(cell)
+    table = _text(pyd_eval[1])
+    for case_id, score in [("where-a2", "1.0"), ("refund-a1", "1.0"), ("wrong", "0.0")]:
+        row = next(line for line in table.splitlines() if line.startswith(case_id))
+        assert row.split()[1:3] == ["scored", score], row

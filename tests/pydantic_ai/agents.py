@@ -50,6 +50,7 @@ SCRIPTS: dict[str, list[Reply]] = {
     "refund A1": [[call("refund", "r1", order="A1")], [text("refunded")]],
     "broken": [[call("broken", "b1")]],
     "gone": [[call("gone", "g1")]],
+    "explode": [[call("add", "f1", a=1, b=2)], [text("EXPLODE")]],
     "picky": [[call("picky", "p1", value=3)], [call("picky", "p2", value=12)]],
     "slashes": [[call("add", "x/1", a=1, b=1)], [call("add", "x/1", a=2, b=2)]],
     "order": [[call("final_result", "o1", order_id="A1", status="shipped")]],
@@ -63,12 +64,14 @@ the end, it reports the tool results and retry prompts it was shown."""
 
 
 def _prompt_and_index(messages: list[pai.ModelMessage]) -> tuple[str, int]:
+    """The turn's user prompt (the last one: adjacent requests arrive merged) and how
+    many responses followed it."""
     responses = 0
     for message in reversed(messages):
         if isinstance(message, pai.ModelResponse):
             responses += 1
             continue
-        for part in message.parts:
+        for part in reversed(message.parts):
             if isinstance(part, pai.UserPromptPart):
                 content = part.content
                 return (content if isinstance(content, str) else str(content[0])), responses
@@ -97,7 +100,10 @@ def scripted_model(messages: list[pai.ModelMessage], info: AgentInfo) -> pai.Mod
         seen = [p.model_response_str() for p in last.parts if isinstance(p, pai.ToolReturnPart)]
         retries = [p.model_response() for p in last.parts if isinstance(p, pai.RetryPromptPart)]
         return pai.ModelResponse(parts=[pai.TextPart(f"seen {seen} retries {retries}")])
-    return pai.ModelResponse(parts=list(script[index]))
+    reply = list(script[index])
+    if reply == [text("EXPLODE")]:
+        raise RuntimeError("the model service failed")
+    return pai.ModelResponse(parts=reply)
 
 
 def _log(ctx: RunContext[Deps], tool: str) -> None:

@@ -201,6 +201,27 @@ async def test_the_context_window_scenario_compacts_a_pydantic_ai_session(
     assert snapshot.messages[-1].text == "noted (summary seen: True)"
 
 
+async def test_a_failed_turn_keeps_its_tool_results_and_the_next_turn_works(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    sessions = await _session(engine_factory, state_dir)
+    await sessions.start_session("fail-1", "explode")
+    failed = await snapshot_when(sessions, "fail-1", turn_done(1), timeout=120)
+
+    assert failed.state is not None and "the model service failed" in (
+        failed.state.last_turn_error or ""
+    )
+    assert [key for _, key in _log(state_dir, "add")] == ["fail-1/turn-1/f1"]
+    tool = next(m for m in failed.messages if m.role is MessageRole.TOOL)
+    assert (tool.tool_call_id, tool.tool_output) == ("f1", "3")  # build_unfinished_turn_messages
+    assert "Do not repeat these tool calls" in (failed.messages[-1].text or "")
+
+    assert await sessions.send_user_message("fail-1", "echo again")
+    done = await snapshot_when(sessions, "fail-1", turn_done(2), timeout=120)
+    assert done.messages[-1].text is not None and done.messages[-1].text.startswith("echo: again")
+    assert done.state is not None and done.state.last_turn_error is None
+
+
 async def test_tool_call_ids_with_slashes_or_repeated_in_a_turn_are_mapped(
     engine_factory: Any, state_dir: Path
 ) -> None:

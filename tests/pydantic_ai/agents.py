@@ -179,3 +179,59 @@ class Order(BaseModel):
 structured_agent = Agent(
     FunctionModel(scripted_model), deps_type=Deps, output_type=Order, name="structured"
 )
+
+
+CHAOS_TURNS = ("look, save and note", "pay the invoice")
+"""One chaos session's user messages, in order."""
+
+CHAOS_SCRIPT: dict[str, list[Reply]] = {
+    CHAOS_TURNS[0]: [[call("look", "l1"), call("save", "s1"), call("note", "n1")], [text("ok")]],
+    CHAOS_TURNS[1]: [[call("pay", "p1"), call("look", "l2")], [text("paid")]],
+}
+
+
+def chaos_model(messages: list[pai.ModelMessage], info: AgentInfo) -> pai.ModelResponse:
+    prompt, index = _prompt_and_index(messages)
+    script = CHAOS_SCRIPT.get(prompt, [])
+    if index >= len(script):
+        return pai.ModelResponse(parts=[text("done")])
+    return pai.ModelResponse(parts=list(script[index]))
+
+
+chaos_agent = Agent(FunctionModel(chaos_model), deps_type=Deps, name="chaos")
+
+
+def _chaos_log(ctx: RunContext[Deps], tool: str) -> None:
+    """``<call>/1/<session>/<turn>/<call>/<pid>``, as the chaos kit's invocations read."""
+    key = deferred_tool_idempotency_key(ctx)
+    session_id, turn_id, call_id = key.split("/")
+    entry = f"{call_id}/1/{session_id}/{turn_id}/{call_id}/{os.getpid()}"
+    InvocationLog(Path(ctx.deps.state_dir) / f"{tool}.log").record(entry)
+
+
+@chaos_agent.tool
+async def look(ctx: RunContext[Deps]) -> str:
+    """A read."""
+    _chaos_log(ctx, "look")
+    return "looked"
+
+
+@chaos_agent.tool
+async def save(ctx: RunContext[Deps]) -> str:
+    """An idempotent write."""
+    _chaos_log(ctx, "save")
+    return "saved"
+
+
+@chaos_agent.tool
+def note(ctx: RunContext[Deps]) -> str:
+    """An unclassified call (a sync tool)."""
+    _chaos_log(ctx, "note")
+    return "noted"
+
+
+@chaos_agent.tool(requires_approval=True)
+async def pay(ctx: RunContext[Deps]) -> str:
+    """A payment: approval, at most once."""
+    _chaos_log(ctx, "pay")
+    return "paid"

@@ -1,0 +1,64 @@
+"""A bounded chaos campaign over Pydantic AI sessions: seeded SIGKILLs of session
+hosts, tool executors and the scheduler while sessions run every tool effect and
+an approval; the kit's invariant checker reads the store and the tools' logs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dex_agents_ray import AgentSessionOptions, ToolEffect, ToolPolicy
+from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
+from dex_agents_ray.testing import InvocationLog
+from dex_agents_ray.testing.chaos import ChaosCampaign, ToolInvocation
+from tests.pydantic_ai.agents import CHAOS_TURNS, Deps, chaos_agent
+
+POLICIES = {
+    "look": ToolPolicy(ToolEffect.READ),
+    "save": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE),
+    "note": ToolPolicy(ToolEffect.UNCLASSIFIED, requires_approval=False),
+    "pay": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
+}
+
+
+def _invocations(state_dir: Path) -> Iterator[ToolInvocation]:
+    for tool in POLICIES:
+        for entry in InvocationLog(state_dir / f"{tool}.log").entries():
+            call_id, attempt, session_id, turn_id, _, _ = entry.split("/")
+            yield ToolInvocation(
+                session_id=session_id, turn_id=turn_id, tool_call_id=call_id, attempt=int(attempt)
+            )
+
+
+async def test_a_bounded_campaign_holds_every_invariant_for_pydantic_ai_sessions(
+    engine_factory: Any, state_dir: Path, caplog: Any
+) -> None:
+    caplog.set_level(logging.CRITICAL)
+    flow = pydantic_ai_session_flow(
+        chaos_agent,
+        flow_type="PydanticChaos",
+        options=AgentSessionOptions(tool_policies=POLICIES),
+        deps=Deps(str(state_dir)),
+    )
+    engine = await engine_factory([flow], passivate_after=timedelta(seconds=1))
+    campaign = ChaosCampaign(
+        engine=engine,
+        flow=flow,
+        turns=CHAOS_TURNS,
+        sessions=3,
+        faults=25,
+        seed=43,
+        interval=(timedelta(seconds=0.2), timedelta(seconds=0.8)),
+        invocations=lambda: _invocations(state_dir),
+    )
+
+    report = await campaign.run()
+    print(report)
+
+    report.raise_for_violations()
+    assert len(report.injected) >= 25
+    assert report.turns >= 3 * len(CHAOS_TURNS)
+    assert len(list(_invocations(state_dir))) >= 3 * 5  # every call ran at least once

@@ -27,6 +27,7 @@ from dex_agents_ray.builtin_loop._flow import (
     builtin_agent_session_flow,
     builtin_agent_session_options,
 )
+from dex_agents_ray.builtin_loop._framework_calls import FrameworkCallIds
 from dex_agents_ray.builtin_loop._framework_router import (
     SOURCE_TOOL_NOT_OFFERED_RESULT,
     FrameworkToolSourceRouter,
@@ -92,6 +93,7 @@ __all__ = [
     "BuiltinLoopAgentRunner",
     "ContinueTurn",
     "ForcedToolChoiceSupport",
+    "FrameworkCallIds",
     "FrameworkToolSourceRouter",
     "FunctionTool",
     "FunctionToolResult",

@@ -12,7 +12,6 @@ from.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -26,6 +25,7 @@ from pydantic_core import to_json
 from dex_agents_ray.builtin_loop import (
     MAX_CONSECUTIVE_TURN_CONTINUATIONS,
     TURN_CONTINUATION_LIMIT_ERROR,
+    FrameworkCallIds,
     FrameworkToolSourceRouter,
     SourceToolListing,
     ToolSource,
@@ -101,17 +101,6 @@ def _metadata(response: pai.ModelResponse | None, request_model: str | None) -> 
         response_id=response.provider_response_id,
         finish_reasons=[response.finish_reason] if response.finish_reason else None,
     )
-
-
-def _call_state(tool_call_id: str, approval: bool) -> str:
-    return json.dumps({"id": tool_call_id, "approval": approval}, separators=(",", ":"))
-
-
-def _parse_call_state(record: AgentToolCall) -> tuple[str, bool]:
-    if record.runner_tool_state is None:
-        return record.tool_call_id, record.requires_approval
-    value = json.loads(record.runner_tool_state)
-    return str(value["id"]), bool(value.get("approval", False))
 
 
 class PydanticAIRunner:
@@ -253,10 +242,12 @@ class PydanticAIRunner:
         if not history.open_calls:
             return []
         returns = [
-            _return_part(call, record_result(self._record_of(turn, call), call))
+            _return_part(
+                call, record_result(FrameworkCallIds(turn).record(call.tool_call_id), call)
+            )
             for call in history.open_calls
         ]
-        ids = _session_ids(turn.tool_calls.values())
+        ids = FrameworkCallIds.session_ids(turn.tool_calls.values())
         return framework_messages([pai.ModelRequest(parts=returns)], session_ids=ids)
 
     # -- RunModel ----------------------------------------------------------------------
@@ -320,12 +311,15 @@ class PydanticAIRunner:
         output: Any = node.data.output if deferred is None and Agent.is_end_node(node) else None
         if isinstance(output, DeferredToolRequests):  # the agent's own deferred tools
             deferred = output
-        ids = _session_ids(turn.tool_calls.values())
+        ids = FrameworkCallIds.session_ids(turn.tool_calls.values())
         if deferred is not None:
             assert response is not None
             calls = self._deferred_calls(turn, response, deferred, capability, listing)
             stored = framework_messages(
-                new, system_parts=system_parts, session_ids=ids, response_ids=_session_ids(calls)
+                new,
+                system_parts=system_parts,
+                session_ids=ids,
+                response_ids=FrameworkCallIds.session_ids(calls),
             )
             return ToolCallsRequested(
                 framework_run_state=encode_messages([response]),
@@ -416,14 +410,15 @@ class PydanticAIRunner:
     ) -> list[DeferredToolCall]:
         approvals = {call.tool_call_id for call in requests.approvals}
         deferred_ids = approvals | {call.tool_call_id for call in requests.calls}
-        used = set(turn.tool_calls)
+        ids = FrameworkCallIds(turn)
         calls: list[DeferredToolCall] = []
         for part in response.tool_calls:
             if part.tool_call_id not in deferred_ids:
                 continue
-            session_id = _session_call_id(part.tool_call_id, used)
-            used.add(session_id)
-            state = _call_state(part.tool_call_id, part.tool_call_id in approvals)
+            session_id = ids.new_session_id(part.tool_call_id)
+            state = FrameworkCallIds.state(
+                part.tool_call_id, approval=part.tool_call_id in approvals
+            )
             arguments = part.args_as_json_str()
             if part.tool_name in turn.enabled_built_in_tools:
                 calls.append(
@@ -473,7 +468,7 @@ class PydanticAIRunner:
         gets its replay answer."""
         from pydantic_ai import ToolReturn
 
-        record = self._record_of(turn, call)
+        record = FrameworkCallIds(turn).record(call.tool_call_id)
         if record is None and listing.is_replay_only(call.tool_name):
             return ToolReturn(FrameworkToolSourceRouter.replay_result(turn, call.tool_call_id))
         result = record_result(record, call)
@@ -485,16 +480,6 @@ class PydanticAIRunner:
             ]
             result = ToolReturn(result.return_value, content=images)
         return result
-
-    @staticmethod
-    def _record_of(turn: AgentTurnContext, call: pai.ToolCallPart) -> AgentToolCall | None:
-        found: AgentToolCall | None = None
-        for record in turn.tool_calls.values():
-            if _parse_call_state(record)[0] == call.tool_call_id and (
-                found is None or record.deferral_order > found.deferral_order
-            ):
-                found = record
-        return found
 
     async def _image_bytes(self, turn: AgentTurnContext) -> dict[str, bytes] | None:
         """The bytes of the turn's stored images (user messages and this turn's tool
@@ -515,12 +500,12 @@ class PydanticAIRunner:
         record = call.tool_call
         if FrameworkToolSourceRouter.is_source_call(record):
             return await self._router.execute_deferred_tool_call(call)
-        tool_call_id, approval = _parse_call_state(record)
+        state = FrameworkCallIds.read_state(record)
         return await run_tool_call(
             self.agent,
             call,
-            tool_call_id=tool_call_id,
-            approval=approval,
+            tool_call_id=str(state["id"]),
+            approval=bool(state.get("approval", record.requires_approval)),
             deps=self._deps_value(),
             media_store=self.media_store,
         )
@@ -619,30 +604,6 @@ def _continuations(run_state: str | None) -> int:
         value = last.metadata.get(_CONTINUATIONS_KEY, 0)
         return value if isinstance(value, int) else 0
     return 0
-
-
-def _session_ids(calls: Iterable[AgentToolCall | DeferredToolCall]) -> dict[str, str]:
-    """Framework tool call ID -> the session's, for calls whose IDs were mapped (a
-    later call of a repeated framework ID wins)."""
-    ordered = sorted(calls, key=lambda call: getattr(call, "deferral_order", 0))
-    ids: dict[str, str] = {}
-    for call in ordered:
-        if call.runner_tool_state is None:
-            continue
-        framework_id = str(json.loads(call.runner_tool_state)["id"])
-        if framework_id != call.tool_call_id:
-            ids[framework_id] = call.tool_call_id
-    return ids
-
-
-def _session_call_id(tool_call_id: str, used: set[str]) -> str:
-    """The session's ID of a framework call: without ``/``, unique within the turn."""
-    base = tool_call_id.replace("/", "_") or "call"
-    candidate, n = base, 1
-    while candidate in used:
-        n += 1
-        candidate = f"{base}-{n}"
-    return candidate
 
 
 def _write_event(turn: AgentTurnContext, event: Any) -> None:

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "litellm": 3,
     "connectors": 3,
     "pydantic_ai": 3,
+    "openai_agents": 3,
     "notebook": 3,
     "testing": 3,
     "serve": 4,

@@ -80,6 +80,7 @@ from dex_agents_ray.builtin_loop._tool_source import (
     ToolSource,
     ToolSourceRouter,
 )
+from dex_agents_ray.builtin_loop._travel import AgentTravelError, FrameworkTraveller
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
@@ -93,7 +94,9 @@ __all__ = [
     "BuiltinLoopAgentRunner",
     "ContinueTurn",
     "ForcedToolChoiceSupport",
+    "AgentTravelError",
     "FrameworkCallIds",
+    "FrameworkTraveller",
     "FrameworkToolSourceRouter",
     "FunctionTool",
     "FunctionToolResult",

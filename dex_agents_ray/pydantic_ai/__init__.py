@@ -14,6 +14,8 @@ See ``docs/adapters.md``.
 
 import importlib.util
 
+from dex_agents_ray.builtin_loop import AgentTravelError
+
 MISSING_EXTRA_MESSAGE = (
     'dex_agents_ray.pydantic_ai needs Pydantic AI: pip install "dex-agents-ray[pydantic-ai]"'
 )
@@ -28,7 +30,6 @@ from dex_agents_ray.pydantic_ai._flow import pydantic_ai_session_flow  # noqa: E
 from dex_agents_ray.pydantic_ai._messages import MODEL_RETRY_ERROR_PREFIX  # noqa: E402
 from dex_agents_ray.pydantic_ai._runner import PydanticAIRunner  # noqa: E402
 from dex_agents_ray.pydantic_ai._tools import deferred_tool_idempotency_key  # noqa: E402
-from dex_agents_ray.pydantic_ai._travel import AgentTravelError  # noqa: E402
 
 __all__ = [
     "MISSING_EXTRA_MESSAGE",

@@ -27,6 +27,7 @@ from dex_agents_ray.builtin_loop import (
     TURN_CONTINUATION_LIMIT_ERROR,
     FrameworkCallIds,
     FrameworkToolSourceRouter,
+    FrameworkTraveller,
     SourceToolListing,
     ToolSource,
 )
@@ -45,7 +46,6 @@ from dex_agents_ray.pydantic_ai._tools import (
     run_tool_call,
     schema_only_toolset,
 )
-from dex_agents_ray.pydantic_ai._travel import Traveller
 from dex_agents_ray.session import (
     CONTEXT_SUMMARY_INSTRUCTIONS,
     AgentToolCall,
@@ -171,8 +171,8 @@ class PydanticAIRunner:
             raise ValueError("give deps or deps_factory, not both")
         if deps_factory is not None and not callable(deps_factory):
             raise TypeError("deps_factory must be callable")
-        self._agent = Traveller(agent, what="the agent")
-        self._deps = Traveller(deps, what="deps") if deps is not None else None
+        self._agent = FrameworkTraveller(agent, what="the agent")
+        self._deps = FrameworkTraveller(deps, what="deps") if deps is not None else None
         self._deps_factory = deps_factory
         self._router = FrameworkToolSourceRouter(tool_sources)
         self.media_store = media_store

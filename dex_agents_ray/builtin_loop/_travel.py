@@ -1,4 +1,4 @@
-"""How a framework agent travels to the Ray processes that run its Steps.
+"""How a framework adapter's agent travels to the Ray processes that run its Steps.
 
 ``FlowEngine.start`` pickles every Flow (cloudpickle), and a Pydantic AI
 ``Agent`` does not pickle: it holds context variables, locks and, with a
@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["AgentTravelError", "Traveller", "dumps_by_value", "find_module_reference"]
+__all__ = ["AgentTravelError", "FrameworkTraveller", "dumps_by_value", "find_module_reference"]
 
 _LOCK_TYPES: tuple[type[Any], ...] = (type(threading.Lock()), type(threading.RLock()))
 _WEAK_CONTAINERS: tuple[type[Any], ...] = (
@@ -213,7 +213,7 @@ def _failing_path(obj: Any, path: str, depth: int = 0) -> tuple[str, BaseExcepti
     return None
 
 
-class Traveller:
+class FrameworkTraveller:
     """Holds one framework object (an agent, ``deps``) and pickles it to travel.
 
     Pickled, it is a reference (``module:attr``) when an importable module holds
@@ -249,14 +249,14 @@ class Traveller:
         kind, payload = self._payload
         return f"{payload[0]}:{payload[1]}" if kind == "reference" else None
 
-    def __reduce__(self) -> tuple[Callable[..., Traveller], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Callable[..., FrameworkTraveller], tuple[Any, ...]]:
         return (_arrive, (self._payload, self.what))
 
 
-def _arrive(payload: tuple[str, Any], what: str) -> Traveller:
+def _arrive(payload: tuple[str, Any], what: str) -> FrameworkTraveller:
     kind, data = payload
     value = _import_reference(*data) if kind == "reference" else _loads(data)
-    traveller = Traveller.__new__(Traveller)
+    traveller = FrameworkTraveller.__new__(FrameworkTraveller)
     traveller.value = value
     traveller.what = what
     traveller._payload = payload

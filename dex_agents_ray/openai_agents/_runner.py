@@ -1,0 +1,647 @@
+"""``OpenAIAgentsRunner``: an unchanged ``agents.Agent`` under the session contract.
+
+One ``run_model_step`` is one ``Runner.run`` on the adapter's copy of the agent
+graph (``_graph``) that makes at most one model call: a response that asks for
+function tools pauses the run before any tool body runs (every tool of the copy
+needs approval) and its ``RunState`` is the ``framework_run_state``; the next
+``RunModel`` resumes that state with each call's recorded outcome. A run that
+would make a second model call (after a handoff) is stopped by a
+``call_model_input_filter`` gate before it is sent; the next ``RunModel`` starts
+a run of the new active agent from that exact model input (``TurnContinued``).
+Nothing of a turn is stored until it completes (the spec's default): the run
+state carries the turn's items.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
+
+from agents import (
+    Agent,
+    FunctionTool,
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
+    OutputGuardrailTripwireTriggered,
+    RunConfig,
+    Runner,
+    RunState,
+)
+from agents.run_config import CallModelData, ModelInputData
+
+from dex_agents_ray.builtin_loop import (
+    FrameworkCallIds,
+    FrameworkToolSourceRouter,
+    FrameworkTraveller,
+    SourceToolListing,
+    ToolSource,
+)
+from dex_agents_ray.openai_agents._graph import AgentGraph, walk_agents
+from dex_agents_ray.openai_agents._items import (
+    OUTCOME_UNKNOWN_TEXT,
+    framework_messages,
+    jsonable,
+    rebuild_history,
+    user_item,
+)
+from dex_agents_ray.openai_agents._tools import run_function_tool
+from dex_agents_ray.session import (
+    CONTEXT_SUMMARY_INSTRUCTIONS,
+    AgentToolCall,
+    AgentTurnContext,
+    AgentTurnOutcome,
+    AgentUsage,
+    ContextSummaryRequest,
+    ContextSummaryResult,
+    DeferredToolCall,
+    DeferredToolExecution,
+    DeferredToolOutcome,
+    FrameworkMessage,
+    MessageRole,
+    ModelCallMetadata,
+    ToolCallsRequested,
+    ToolCallStepOptions,
+    ToolEffect,
+    ToolExecutionError,
+    ToolPolicy,
+    ToolTaskCancellation,
+    ToolTaskPoll,
+    ToolTaskPollOutcome,
+    TurnCompleted,
+    TurnContinued,
+    build_context_summary_prompt,
+    built_in_tool_definitions,
+    describe_tool_call_outcome,
+    estimate_stored_input_tokens,
+    select_turn_boundary_cutoff,
+)
+
+__all__ = ["OpenAIAgentsRunner"]
+
+_STATE_VERSION = 1
+_BUILT_IN_POLICY = ToolPolicy(ToolEffect.READ, requires_approval=False)
+
+
+class _StopBeforeModelCall(Exception):  # noqa: N818 - a control-flow signal
+    """Raised by the gate instead of a second model call in one ``RunModel``."""
+
+
+class _StepGate:
+    """``RunConfig.call_model_input_filter``: lets one model call through, then
+    records the exact next model input and its agent and stops the run."""
+
+    def __init__(self, user_filter: Any) -> None:
+        self.user_filter = user_filter
+        self.calls = 0
+        self.next_agent: str | None = None
+        self.next_items: list[dict[str, Any]] = []
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        self.calls += 1
+        if self.calls > 1:
+            self.next_agent = data.agent.name
+            self.next_items = jsonable(data.model_data.input)
+            raise _StopBeforeModelCall
+        if self.user_filter is None:
+            return data.model_data
+        filtered = self.user_filter(data)
+        if inspect.isawaitable(filtered):
+            filtered = await filtered
+        assert isinstance(filtered, ModelInputData)
+        return filtered
+
+
+def _usage(result: Any) -> AgentUsage:
+    responses = getattr(result, "raw_responses", None) or []
+    if not responses:
+        return AgentUsage()
+    usage = responses[-1].usage
+    return AgentUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.input_tokens_details.cached_tokens or 0,
+        reasoning_tokens=usage.output_tokens_details.reasoning_tokens or 0,
+        model_calls=1,
+    )
+
+
+def _model_name(agent: Agent[Any]) -> str | None:
+    model = agent.model
+    if model is None or isinstance(model, str):
+        return model
+    return getattr(model, "model", None)
+
+
+def _metadata(agent: Agent[Any], result: Any) -> ModelCallMetadata:
+    responses = getattr(result, "raw_responses", None) or []
+    response_id = responses[-1].response_id if responses else None
+    return ModelCallMetadata(request_model=_model_name(agent), response_id=response_id)
+
+
+def _schema_only_tool(
+    name: str, description: str | None, schema: Mapping[str, Any]
+) -> FunctionTool:
+    async def never(_ctx: Any, _arguments: str) -> str:
+        raise RuntimeError("a schema-only tool runs in its tool Step, never in the model call")
+
+    return FunctionTool(
+        name=name,
+        description=description or "",
+        params_json_schema=dict(schema),
+        on_invoke_tool=never,
+        strict_json_schema=False,
+        needs_approval=True,
+    )
+
+
+def _check_graph(root: Agent[Any]) -> None:
+    names: dict[str, int] = {}
+    for agent in walk_agents(root):
+        names[agent.name] = names.get(agent.name, 0) + 1
+        hosted = [type(t).__name__ for t in agent.tools if not isinstance(t, FunctionTool)]
+        if hosted:
+            raise ValueError(
+                f"agent {agent.name!r} has tools that cannot run as tool Steps: "
+                f"{', '.join(sorted(set(hosted)))}; offer them as function tools"
+            )
+        if agent.mcp_servers:
+            warnings.warn(
+                f"agent {agent.name!r} has mcp_servers: the Agents SDK calls their tools "
+                "inside RunModel, so a retried RunModel may call them again (at-least-once); "
+                "give the session McpToolSource through tool_sources for tool Steps",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    repeated = sorted(name for name, count in names.items() if count > 1)
+    if repeated:
+        raise ValueError(
+            f"agent names must be unique in the handoff graph (the active agent is kept "
+            f"by name): {', '.join(repeated)}"
+        )
+
+
+class OpenAIAgentsRunner:
+    """Runs an unchanged OpenAI Agents SDK ``Agent`` as durable session turns.
+
+    Implements ``AgentFrameworkRunner[DeferredToolOutcome]``,
+    ``UnfinishedTurnMessageBuilder`` and ``ContextCompactionRunner``, and routes
+    ``tool_sources`` calls, task polls and Step options to their sources. The
+    agent travels as ``PydanticAIRunner``'s does (by reference, or by value with
+    its OpenAI clients rebuilt on arrival).
+
+    Args:
+        agent: The starting agent, unchanged; its handoffs are followed.
+        tool_sources: Tool sources offered beside the agents' function tools.
+        media_store: Where images live (kept for the spec's signature; this
+            runner refuses images).
+        context: The run context for every run and tool (must pickle).
+        context_factory: Builds the context once per process instead.
+        run_config: The runs' ``RunConfig``. Without one, tracing is off
+            (``tracing_disabled=True``); with one, its own setting is kept.
+
+    Raises:
+        TypeError: ``agent`` is not an ``agents.Agent``, or it cannot travel.
+        ValueError: A hosted tool (not a ``FunctionTool``), repeated agent names,
+            both ``context`` and ``context_factory``, or server-side
+            conversation state in ``run_config`` (``session_settings``).
+    """
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        *,
+        tool_sources: Iterable[ToolSource] = (),
+        media_store: Any = None,
+        context: Any = None,
+        context_factory: Callable[[], Any] | None = None,
+        run_config: RunConfig | None = None,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"OpenAIAgentsRunner needs an agents.Agent, got {type(agent).__name__}")
+        _check_graph(agent)
+        if context is not None and context_factory is not None:
+            raise ValueError("give context or context_factory, not both")
+        if context_factory is not None and not callable(context_factory):
+            raise TypeError("context_factory must be callable")
+        if run_config is not None and not isinstance(run_config, RunConfig):
+            raise TypeError("run_config must be an agents.RunConfig")
+        if run_config is not None and run_config.session_settings is not None:
+            raise ValueError(
+                "run_config.session_settings: an agents Session keeps history on its own; "
+                "the session's history lives in the Flow's store"
+            )
+        self._agent = FrameworkTraveller(agent, what="the agent")
+        self._context = FrameworkTraveller(context, what="context") if context is not None else None
+        self._context_factory = context_factory
+        self._run_config = FrameworkTraveller(run_config, what="run_config") if run_config else None
+        self._router = FrameworkToolSourceRouter(tool_sources)
+        self.media_store = media_store
+        self._built_context: Any = None
+        self._context_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_context_lock", None)
+        state["_built_context"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._context_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAIAgentsRunner({self.agent.name!r})"
+
+    @property
+    def agent(self) -> Agent[Any]:
+        """The starting agent (in a Ray process, its copy there)."""
+        agent: Agent[Any] = self._agent.value
+        return agent
+
+    @property
+    def agent_reference(self) -> str | None:
+        """``"module:attr"`` when the agent travels by reference; ``None`` by value."""
+        return self._agent.by_reference
+
+    def _context_value(self) -> Any:
+        if self._context is not None:
+            return self._context.value
+        if self._context_factory is None:
+            return None
+        with self._context_lock:
+            if self._built_context is None:
+                self._built_context = self._context_factory()
+            return self._built_context
+
+    def _config(self, gate: _StepGate) -> RunConfig:
+        config = (
+            self._run_config.value
+            if self._run_config is not None
+            else RunConfig(tracing_disabled=True)
+        )
+        return dataclasses.replace(config, call_model_input_filter=gate)
+
+    # -- messages ----------------------------------------------------------------------
+
+    def build_user_message(self, text: str) -> FrameworkMessage:
+        """A ``user`` message holding a user input item."""
+        return framework_messages([user_item(text)], [None])[0]
+
+    def build_unfinished_turn_messages(self, turn: AgentTurnContext) -> Sequence[FrameworkMessage]:
+        """The turn's items so far (from the run state) and the results of its open
+        calls (from their records)."""
+        state = _parse_state(turn.framework_run_state)
+        if state is None:
+            return []
+        items: list[dict[str, Any]] = list(state["new"])
+        answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+        names: dict[str, str] = {}
+        for item in list(items):
+            if item.get("type") != "function_call" or item.get("call_id") in answered:
+                continue
+            call_id = str(item.get("call_id"))
+            names[call_id] = str(item.get("name"))
+            output = self._recorded(turn, SourceToolListing(), names[call_id], call_id)
+            items.append({"call_id": call_id, "output": output, "type": "function_call_output"})
+        ids = FrameworkCallIds.session_ids(turn.tool_calls.values())
+        agents = [state.get("agent")] * len(items)
+        return framework_messages(items, agents, session_ids=ids)
+
+    # -- RunModel ----------------------------------------------------------------------
+
+    async def run_model_step(self, turn: AgentTurnContext) -> AgentTurnOutcome:
+        """Make at most one model call through the Agents SDK and report what it asked."""
+        listing = SourceToolListing()
+        if self._router.sources:
+            listing = await self._router.list_for_turn(turn)
+        graph = AgentGraph(
+            self.agent, lambda name, call_id: self._recorded(turn, listing, name, call_id)
+        )
+        self._offer_extra_tools(turn, graph, listing)
+        state = _parse_state(turn.framework_run_state)
+        gate = _StepGate(
+            self._run_config.value.call_model_input_filter if self._run_config else None
+        )
+        config = self._config(gate)
+        context = self._context_value()
+        if state is None:
+            history = rebuild_history(turn)
+            start = graph.agent(history.agent)
+            base, start_name, run_input = len(history.items), start.name, history.items
+        else:
+            base, start_name = int(state["base"]), str(state["start"])
+        active = graph.agent(state.get("agent") if state else start_name)
+        try:
+            if state is None:
+                result = await Runner.run(
+                    start, cast(Any, run_input), run_config=config, context=context
+                )
+            elif state["kind"] == "run_state":
+                run_state = await RunState.from_string(
+                    graph.agent(start_name), state["state"], context_override=context
+                )
+                for item in run_state.get_interruptions():
+                    run_state.approve(item)
+                result = await Runner.run(graph.agent(start_name), run_state, run_config=config)
+            else:
+                agent = graph.agent(start_name).clone(input_guardrails=[])
+                items = cast(Any, state["items"])
+                result = await Runner.run(agent, items, run_config=config, context=context)
+        except _StopBeforeModelCall:
+            return self._continued(state, gate, base)
+        except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
+            name = tripped.guardrail_result.guardrail.get_name()
+            kind = "input" if isinstance(tripped, InputGuardrailTripwireTriggered) else "output"
+            return self._failed(turn, state, active, f"the {kind} guardrail {name} tripped")
+        except MaxTurnsExceeded as exceeded:
+            return self._failed(turn, state, active, f"max_turns reached: {exceeded}")
+        new = jsonable(result.to_input_list())[base:]
+        last = result.last_agent
+        usage = _usage(result) if gate.calls else AgentUsage()
+        metadata = _metadata(last, result)
+        if result.interruptions:
+            envelope = {
+                "v": _STATE_VERSION,
+                "kind": "run_state",
+                "start": start_name,
+                "agent": last.name,
+                "base": base,
+                "new": new,
+                # The context is the process's own (context_override on resume),
+                # never stored with the session.
+                "state": result.to_state().to_string(context_serializer=_no_context),
+            }
+            calls = await self._deferred_calls(turn, result, listing)
+            return ToolCallsRequested(
+                framework_run_state=json.dumps(envelope, separators=(",", ":")),
+                tool_calls=calls,
+                usage=usage,
+                model_call_metadata=metadata,
+            )
+        return TurnCompleted(
+            new_messages=self._final_messages(turn, new, last.name, result.final_output),
+            usage=usage,
+            model_call_metadata=metadata,
+        )
+
+    def _continued(
+        self, state: Mapping[str, Any] | None, gate: _StepGate, base: int
+    ) -> AgentTurnOutcome:
+        envelope = {
+            "v": _STATE_VERSION,
+            "kind": "items",
+            "start": gate.next_agent,
+            "agent": gate.next_agent,
+            "base": base,
+            "new": gate.next_items[base:],
+            "items": gate.next_items,
+        }
+        return TurnContinued(
+            framework_run_state=json.dumps(envelope, separators=(",", ":")), new_messages=()
+        )
+
+    def _failed(
+        self, turn: AgentTurnContext, state: Mapping[str, Any] | None, agent: Agent[Any], error: str
+    ) -> AgentTurnOutcome:
+        messages = list(self.build_unfinished_turn_messages(turn)) if state else []
+        return TurnCompleted(new_messages=messages, turn_error=error)
+
+    def _final_messages(
+        self, turn: AgentTurnContext, new: list[dict[str, Any]], agent: str, output: Any
+    ) -> list[FrameworkMessage]:
+        ids = FrameworkCallIds.session_ids(turn.tool_calls.values())
+        messages = framework_messages(new, [agent] * len(new), session_ids=ids)
+        text = _output_text(output)
+        last = next(
+            (m for m in reversed(messages) if m.role is MessageRole.ASSISTANT and m.text), None
+        )
+        if last is None or last.text != text:
+            # A final output from a tool (tool_use_behavior) has no assistant message:
+            # shown as one, but never replayed to the model (display_only).
+            shown = {"role": "assistant", "content": text, "type": "message"}
+            encoded = json.dumps({"agent": agent, "item": shown, "display_only": True})
+            messages.append(
+                FrameworkMessage(role=MessageRole.ASSISTANT, framework_item=encoded, text=text)
+            )
+        return messages
+
+    def _offer_extra_tools(
+        self, turn: AgentTurnContext, graph: AgentGraph, listing: SourceToolListing
+    ) -> None:
+        extra = [
+            _schema_only_tool(tool.name, tool.description, tool.input_schema)
+            for _, tool in listing.tools
+        ]
+        extra.extend(
+            _schema_only_tool(d.name.value, d.description, d.parameters_schema)
+            for d in built_in_tool_definitions(turn.enabled_built_in_tools)
+        )
+        for _, tool in listing.replay_only_tools:
+            replay = _schema_only_tool(tool.name, tool.description, tool.input_schema)
+
+            async def answer(ctx: Any, _arguments: str) -> str:
+                return FrameworkToolSourceRouter.replay_result(turn, ctx.tool_call_id)
+
+            extra.append(dataclasses.replace(replay, on_invoke_tool=answer, needs_approval=False))
+        if extra:
+            for agent in graph.by_name.values():
+                agent.tools = [*agent.tools, *extra]
+
+    def _recorded(
+        self, turn: AgentTurnContext, listing: SourceToolListing, name: str, call_id: str
+    ) -> str:
+        record = FrameworkCallIds(turn).record(call_id)
+        if record is None:
+            if listing.is_replay_only(name):
+                return FrameworkToolSourceRouter.replay_result(turn, call_id)
+            return OUTCOME_UNKNOWN_TEXT
+        return describe_tool_call_outcome(record)
+
+    async def _deferred_calls(
+        self, turn: AgentTurnContext, result: Any, listing: SourceToolListing
+    ) -> list[DeferredToolCall]:
+        ids = FrameworkCallIds(turn)
+        originals = {agent.name: agent for agent in walk_agents(self.agent)}
+        calls: list[DeferredToolCall] = []
+        for item in result.interruptions:
+            framework_id = str(item.call_id)
+            name = str(item.tool_name or item.name)
+            arguments = item.arguments or "{}"
+            agent_name = item.agent.name
+            session_id = ids.new_session_id(framework_id)
+            state = FrameworkCallIds.state(framework_id, agent=agent_name)
+            if name in turn.enabled_built_in_tools:
+                calls.append(
+                    DeferredToolCall(
+                        tool_call_id=session_id,
+                        tool_name=name,
+                        arguments=arguments,
+                        policy=_BUILT_IN_POLICY,
+                        runner_tool_state=state,
+                    )
+                )
+                continue
+            source_call = self._router.build_call(
+                turn, listing, tool_call_id=session_id, tool_name=name, arguments=arguments
+            )
+            if source_call is not None:
+                calls.append(dataclasses.replace(source_call, runner_tool_state=state))
+                continue
+            policy = turn.resolve_tool_policy(name)
+            tool = _function_tool(originals.get(agent_name), name)
+            if name not in turn.tool_policies and tool is not None:
+                if await _needs_approval(tool, result.context_wrapper, arguments, framework_id):
+                    policy = ToolPolicy(policy.effect, requires_approval=True)
+            calls.append(
+                DeferredToolCall(
+                    tool_call_id=session_id,
+                    tool_name=name,
+                    arguments=arguments,
+                    policy=policy,
+                    runner_tool_state=state,
+                )
+            )
+        return calls
+
+    # -- tool Steps --------------------------------------------------------------------
+
+    async def execute_deferred_tool_call(self, call: DeferredToolExecution) -> DeferredToolOutcome:
+        """Run one call once: a tool source's through its source, a function tool as
+        the agent that asked for it has it (``get_current_deferred_tool_execution``
+        works inside)."""
+        record = call.tool_call
+        if FrameworkToolSourceRouter.is_source_call(record):
+            return await self._router.execute_deferred_tool_call(call)
+        state = FrameworkCallIds.read_state(record)
+        originals = {agent.name: agent for agent in walk_agents(self.agent)}
+        agent = originals.get(str(state.get("agent"))) or self.agent
+        tool = _function_tool(agent, record.tool_name)
+        if tool is None:
+            raise ToolExecutionError(
+                f"agent {agent.name!r} has no function tool {record.tool_name}"
+            )
+        return await run_function_tool(
+            agent, tool, call, tool_call_id=str(state["id"]), context=self._context_value()
+        )
+
+    async def poll_tool_task(self, poll: ToolTaskPoll) -> ToolTaskPollOutcome:
+        """Poll a tool source call's task through its source."""
+        return await self._router.poll_tool_task(poll)
+
+    async def cancel_tool_task(self, cancellation: ToolTaskCancellation) -> None:
+        """Ask the call's tool source to stop its task."""
+        if FrameworkToolSourceRouter.is_source_call(cancellation.tool_call):
+            await self._router.cancel_tool_task(cancellation)
+
+    def tool_call_step_options(self, tool_call: AgentToolCall) -> ToolCallStepOptions | None:
+        """A tool source call's Step options from its source; ``None`` otherwise."""
+        if not FrameworkToolSourceRouter.is_source_call(tool_call):
+            return None
+        try:
+            return self._router.tool_call_step_options(tool_call)
+        except LookupError:
+            return None
+
+    # -- compaction (ContextCompactionRunner) --------------------------------------------
+
+    async def estimate_input_tokens(self, turn: AgentTurnContext) -> int:
+        """``estimate_stored_input_tokens`` of the stored history."""
+        return estimate_stored_input_tokens(turn)
+
+    def select_compaction_cutoff(
+        self, turn: AgentTurnContext, retained_token_budget: int
+    ) -> int | None:
+        """``select_turn_boundary_cutoff``: cut only between turns."""
+        return select_turn_boundary_cutoff(turn, retained_token_budget)
+
+    async def summarize_context(self, request: ContextSummaryRequest) -> ContextSummaryResult:
+        """One summary call to the starting agent's model, with no tools."""
+        from agents import ModelSettings
+        from agents.models.interface import ModelTracing
+
+        config = self._run_config.value if self._run_config is not None else RunConfig()
+        model = self.agent.model
+        if model is None or isinstance(model, str):
+            model = config.model_provider.get_model(model)
+        response = await model.get_response(
+            system_instructions=CONTEXT_SUMMARY_INSTRUCTIONS,
+            input=build_context_summary_prompt(request),
+            model_settings=ModelSettings(),
+            tools=[],
+            output_schema=None,
+            handoffs=[],
+            tracing=ModelTracing.DISABLED,
+            previous_response_id=None,
+            conversation_id=None,
+            prompt=None,
+        )
+        texts = [
+            part.text
+            for item in response.output
+            for part in getattr(item, "content", None) or ()
+            if getattr(part, "type", None) == "output_text"
+        ]
+        usage = response.usage
+        return ContextSummaryResult(
+            text="".join(texts),
+            usage=AgentUsage(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, model_calls=1
+            ),
+            model_call_metadata=ModelCallMetadata(
+                request_model=_model_name(self.agent), response_id=response.response_id
+            ),
+        )
+
+
+def _no_context(_context: Any) -> dict[str, Any]:
+    return {}
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if hasattr(output, "model_dump_json"):
+        return str(output.model_dump_json())
+    try:
+        return json.dumps(output)
+    except TypeError:
+        return str(output)
+
+
+def _function_tool(agent: Agent[Any] | None, name: str) -> FunctionTool | None:
+    if agent is None:
+        return None
+    return next((t for t in agent.tools if isinstance(t, FunctionTool) and t.name == name), None)
+
+
+async def _needs_approval(tool: FunctionTool, context: Any, arguments: str, call_id: str) -> bool:
+    """The tool's own ``needs_approval`` for this call (a callable is evaluated here,
+    in ``RunModel``, once per call)."""
+    rule = tool.needs_approval
+    if isinstance(rule, bool):
+        return rule
+    try:
+        params = json.loads(arguments or "{}")
+    except ValueError:
+        params = {}
+    decided: Any = rule(context, params, call_id)
+    if inspect.isawaitable(decided):
+        decided = await decided
+    return bool(decided)
+
+
+def _parse_state(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ValueError("unreadable OpenAI Agents run state") from error
+    if not isinstance(value, dict) or value.get("v") != _STATE_VERSION:
+        raise ValueError(f"unsupported OpenAI Agents run state version {value.get('v')!r}")
+    return value

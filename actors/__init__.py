@@ -7,6 +7,9 @@
 - ``actors.pydantic_support:flow`` — the support desk written in Pydantic AI (an
   unchanged ``pydantic_ai.Agent``, ``actors.pydantic_support:agent``), run by
   ``dex_agents_ray.pydantic_ai``.
+- ``actors.openai_support:flow`` — the same desk in the OpenAI Agents SDK (an
+  unchanged ``agents.Agent``, ``actors.openai_support:agent``), run by
+  ``dex_agents_ray.openai_agents``.
 - ``actors.grader:flow`` — an LLM judge: scores an answer against what was
   expected and replies with JSON (``parse_grade``).
 

@@ -141,24 +141,38 @@ def _load_one(spec: str) -> list[AgentSessionFlow]:
 
 
 def _framework_agent_flow(spec: str, value: Any, attr: str) -> AgentSessionFlow | None:
-    """A bare framework agent (a ``pydantic_ai.Agent``) as its session Flow, with a
-    one-line note; ``None`` for anything else. The Flow type is the agent's name, or
-    the attribute's, so every process that loads ``spec`` registers the same one."""
-    if not type(value).__module__.startswith("pydantic_ai"):
-        return None
-    from pydantic_ai import Agent
+    """A bare framework agent (a ``pydantic_ai.Agent`` or an ``agents.Agent``) as its
+    session Flow, with a one-line note; ``None`` for anything else. The Flow type is
+    the agent's name, or the attribute's, so every process that loads ``spec``
+    registers the same one."""
+    module = type(value).__module__
+    fallback = attr.rsplit(".", 1)[-1]
+    if module.startswith("pydantic_ai"):
+        from pydantic_ai import Agent as PydanticAgent
 
-    if not isinstance(value, Agent):
-        return None
-    from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
+        if isinstance(value, PydanticAgent):
+            from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
 
-    flow_type = value.name or attr.rsplit(".", 1)[-1]
+            flow_type = value.name or fallback
+            _note(spec, "a Pydantic AI agent", flow_type, "pydantic_ai_session_flow")
+            return pydantic_ai_session_flow(value, flow_type=flow_type)
+    if module.startswith("agents."):
+        from agents import Agent as SdkAgent
+
+        if isinstance(value, SdkAgent):
+            from dex_agents_ray.openai_agents import openai_agents_session_flow
+
+            flow_type = value.name or fallback
+            _note(spec, "an OpenAI Agents SDK agent", flow_type, "openai_agents_session_flow")
+            return openai_agents_session_flow(value, flow_type=flow_type)
+    return None
+
+
+def _note(spec: str, what: str, flow_type: str, builder: str) -> None:
     print(
-        f"--agent {spec}: a Pydantic AI agent, run as session Flow {flow_type!r} "
-        "(pydantic_ai_session_flow, default options)",
+        f"--agent {spec}: {what}, run as session Flow {flow_type!r} ({builder}, default options)",
         file=sys.stderr,
     )
-    return pydantic_ai_session_flow(value, flow_type=flow_type)
 
 
 async def start_engine(options: ConnectionOptions, flows: Sequence[AgentSessionFlow]) -> FlowEngine:

@@ -162,3 +162,38 @@ def test_a_bare_pydantic_ai_agent_is_wrapped_by_agent_options(
     assert flow.get_flow_type() == "pydantic_support"
     assert flow.runner.agent_reference == "actors.pydantic_support:agent"
     assert "a Pydantic AI agent, run as session Flow 'pydantic_support'" in capsys.readouterr().err
+
+
+async def test_the_openai_agents_support_desk_runs_as_a_session(engine_factory: Any) -> None:
+    from actors.openai_support import flow
+
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("oai-1", "Where is order A2?")
+    looked = await snapshot_when(sessions, "oai-1", turn_done(1), timeout=TIMEOUT)
+    assert _last_text(looked) == (
+        'Order status: {"item": "office chair", "status": "shipped", "paid_cents": "18900"}'
+    )
+
+    assert await sessions.send_user_message("oai-1", "Please refund 700 on A2")
+    waiting = await snapshot_when(sessions, "oai-1", has_interrupt, timeout=TIMEOUT)
+    [interrupt] = waiting.pending_interrupts
+    assert interrupt.kind is InterruptKind.APPROVAL and interrupt.tool_name == "refund_order"
+    assert await sessions.resolve_interrupt("oai-1", interrupt.interrupt_id, approved=True)
+    refunded = await snapshot_when(sessions, "oai-1", turn_done(2), timeout=TIMEOUT)
+    assert _last_text(refunded) == "Refund: refunded 700 cents on A2"
+
+
+def test_a_bare_openai_agents_agent_is_wrapped_by_agent_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dex_agents_ray import AgentSessionFlow
+    from dex_agents_ray.cli._connection import load_agents
+    from dex_agents_ray.openai_agents import OpenAIAgentsRunner
+
+    (flow,) = load_agents(["actors.openai_support:agent"])
+    assert isinstance(flow, AgentSessionFlow) and isinstance(flow.runner, OpenAIAgentsRunner)
+    assert flow.get_flow_type() == "openai_support"
+    assert "an OpenAI Agents SDK agent, run as session Flow 'openai_support'" in (
+        capsys.readouterr().err
+    )

@@ -68,6 +68,7 @@ SCRIPTS: dict[str, list[Step]] = {
     "forbidden": [[say("never")]],
     "shout": [[say("LOUD")]],
     "slashes": [[call("add", "x/1", a=1, b=1)], [say("ok")]],
+    "mcp echo": [[call("t__echo", "m1", text="hi")], [say("echoed")]],
 }
 """Replies by the turn's user prompt, in order within the turn; past the end, the
 model answers with the outputs it was shown."""

@@ -61,4 +61,6 @@ async def test_a_bounded_campaign_holds_every_invariant_for_pydantic_ai_sessions
     report.raise_for_violations()
     assert len(report.injected) >= 25
     assert report.turns >= 3 * len(CHAOS_TURNS)
-    assert len(list(_invocations(state_dir))) >= 3 * 5  # every call ran at least once
+    # Tools ran (a call whose attempt never started is recorded as not run, and may not
+    # run again, so not every call need appear here).
+    assert {i.tool_call_id for i in _invocations(state_dir)} >= {"l1", "s1", "n1"}

@@ -30,7 +30,7 @@ from agents.testing import assistant_message, function_call
 from agents.usage import Usage
 
 from actors._models import MODEL_ENV
-from actors.support import INSTRUCTIONS, ORDERS
+from actors.support import INSTRUCTIONS, ORDERS, refund
 from dex_agents_ray import AgentSessionOptions, ToolEffect, ToolPolicy
 from dex_agents_ray.openai_agents import openai_agents_session_flow
 
@@ -101,12 +101,7 @@ def lookup_order(order_id: str) -> str:
 @function_tool(needs_approval=True)
 def refund_order(order_id: str, amount_cents: int) -> str:
     """Refund part of an order, in cents (sends money: asks for approval first)."""
-    order = ORDERS.get(order_id.upper())
-    if order is None:
-        return f"no order {order_id}"
-    if not 0 < amount_cents <= int(order["paid_cents"]):
-        return f"refused: {amount_cents} cents is not between 1 and {order['paid_cents']}"
-    return f"refunded {amount_cents} cents on {order_id.upper()}"
+    return refund(order_id, amount_cents)
 
 
 agent = Agent(

@@ -25,7 +25,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from actors._models import MODEL_ENV
-from actors.support import INSTRUCTIONS, ORDERS
+from actors.support import INSTRUCTIONS, ORDERS, refund
 from dex_agents_ray import AgentSessionOptions, ToolEffect, ToolPolicy
 from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
 
@@ -81,12 +81,7 @@ def lookup_order(order_id: str) -> dict[str, str]:
 @agent.tool_plain(requires_approval=True)
 def refund_order(order_id: str, amount_cents: int) -> str:
     """Refund part of an order, in cents (sends money: asks for approval first)."""
-    order = ORDERS.get(order_id.upper())
-    if order is None:
-        return f"no order {order_id}"
-    if not 0 < amount_cents <= int(order["paid_cents"]):
-        return f"refused: {amount_cents} cents is not between 1 and {order['paid_cents']}"
-    return f"refunded {amount_cents} cents on {order_id.upper()}"
+    return refund(order_id, amount_cents)
 
 
 OPTIONS = AgentSessionOptions(

@@ -68,6 +68,11 @@ async def lookup_order(order_id: str) -> dict[str, str]:
 @function_tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
 async def refund_order(order_id: str, amount_cents: int) -> str:
     """Refund part of an order, in cents (sends money: asks for approval first)."""
+    return refund(order_id, amount_cents)
+
+
+def refund(order_id: str, amount_cents: int) -> str:
+    """The refund every version of the desk makes (built-in, Pydantic AI, Agents SDK)."""
     order = ORDERS.get(order_id.upper())
     if order is None:
         return f"no order {order_id}"

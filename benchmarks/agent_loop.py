@@ -26,7 +26,12 @@ unchanged ``pydantic_ai.Agent`` in place of the built-in loop
 ``FunctionModel`` scripted to ask for the same 3 calls in one response and then
 answer, 3 no-op ``@agent.tool_plain`` tools, ``read`` by policy. Its floor,
 ``pydantic-ai``, is the same agent run plainly in one process (Pydantic AI's own
-``agent.run`` loop runs the tools; no durability). Peak RSS counts the host and
+``agent.run`` loop runs the tools; no durability). ``dex:openai-agents`` is the
+same with an unchanged OpenAI Agents SDK ``agents.Agent``
+(``openai_agents_session_flow``; ``benchmarks/peers/openai_agents_peer.py``): a
+scripted ``agents`` ``Model`` asks for the same 3 calls and answers, 3 no-op
+``@function_tool`` tools; its floor, ``openai-agents``, runs the agent with the
+SDK's own ``Runner.run`` in one process. Peak RSS counts the host and
 executor actors; Ray's own processes are reported apart, and "Ray PSS" sums the
 proportional set size of every Ray process (hosts, executors, task workers, GCS,
 raylet, agents) at the end of the C=50 job. CPU ms/step is the CPU time of the
@@ -34,14 +39,14 @@ client process (all threads) plus its host and executor actors over the timed
 sessions, divided by their steps (not Ray's own processes); the table shows C=1's.
 The run ends with the fan-out issue's must-meet targets for the headline row,
 computed from this run (a turn's p99 against its median counts the turns of the
-timed sessions, after the warm-up ones), then the Pydantic AI adapter's figures:
-``dex:pydantic-ai``'s CPU ms/step at C=50 against the headline row's from the same
-run (target: at most 1.5x), its C=1 ms/step against the plain ``pydantic-ai`` run
-(what durability costs a Pydantic AI user), and the bytes of
-``framework_run_state`` per ``RunModel``. Those bytes are not from the jobs: this
-process drives 10 turns of each runner (Pydantic AI's and the built-in loop's) by
-hand, storing messages as the session does, and weighs each ``run_model_step``
-outcome (``pydantic_ai_peer.run_state_bytes``).
+timed sessions, after the warm-up ones), then each framework adapter's figures
+(``dex:pydantic-ai``, ``dex:openai-agents``, where run): its CPU ms/step at C=50
+against the headline row's from the same run (target: at most 1.5x), its C=1
+ms/step against its plain row (what durability costs that framework's user), and
+the bytes of ``framework_run_state`` (and of stored messages) per ``RunModel``.
+Those bytes are not from the jobs: this process drives 10 turns of each runner
+(the adapter's and the built-in loop's) by hand, storing messages as the session
+does, and weighs each ``run_model_step`` outcome (``benchmarks/peers/run_state.py``).
 
 Interleaved rounds (``--rounds``) give medians; the machine is shared and noisy:
 on one machine the same job's ms/step moved between 2.5 and 4.5 from one minute
@@ -57,9 +62,11 @@ job, like every other row's (``--unpaired`` runs our C=1 jobs solo too).
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.peers.run import PeerJobError, run_job, run_paired  # noqa: E402
 
-FLOORS = ("plain", "pydantic-ai", "sqlite:full", "sqlite:group")
+FLOORS = ("plain", "pydantic-ai", "openai-agents", "sqlite:full", "sqlite:group")
 PEERS = ("dbos:wal", "langgraph:async", "restate")
 OURS = (
     "dex:session-shared-ray",
@@ -78,17 +85,43 @@ OURS = (
     "dex:session-dedicated",
     "dex:session-shared-tasks",
     "dex:pydantic-ai",
+    "dex:openai-agents",
 )
 HEADLINE = "dex:session-shared-ray"
 """The default configuration: agent sessions whose tools go to Ray (pooled executors)."""
 ANCHOR = "dbos:wal"
 """The peer that our C=1 jobs are paired with."""
-PYDANTIC_AI = "dex:pydantic-ai"
-"""The headline configuration running an unchanged Pydantic AI agent."""
-PYDANTIC_AI_PLAIN = "pydantic-ai"
-"""The same agent run plainly in process: no durability."""
-PYDANTIC_AI_CPU_TARGET = 1.5
-"""``dex:pydantic-ai``'s CPU ms/step at C=50 at most this many times the headline's."""
+ADAPTER_CPU_TARGET = 1.5
+"""An adapter row's CPU ms/step at C=50 at most this many times the headline's."""
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    """A row that runs an unchanged framework agent in the headline configuration."""
+
+    framework: str
+    plain: str
+    """The row of the same agent run plainly in process: no durability."""
+    plain_loop: str
+    """What runs the plain row's agent loop."""
+    module: str
+    """The peer module whose ``run_state_bytes()`` weighs the adapter's runner."""
+
+
+ADAPTERS = {
+    "dex:pydantic-ai": _Adapter(
+        framework="Pydantic AI",
+        plain="pydantic-ai",
+        plain_loop="agent.run",
+        module="benchmarks.peers.pydantic_ai_peer",
+    ),
+    "dex:openai-agents": _Adapter(
+        framework="OpenAI Agents SDK",
+        plain="openai-agents",
+        plain_loop="Runner.run",
+        module="benchmarks.peers.openai_agents_peer",
+    ),
+}
 
 
 def _jobs(systems: tuple[str, ...], with_500: bool) -> list[tuple[str, int]]:
@@ -164,44 +197,60 @@ def _targets(figure: Any) -> None:
         print(f"  {label:<42}C=1 {calls[0]:.2f}, C=50 {calls[1]:.2f}")
 
 
-def _pydantic_ai(figure: Any) -> None:
-    """The Pydantic AI adapter's figures: CPU at C=50 against the headline row's,
+def _bytes_line(system: str, sizes: dict[str, Any]) -> str:
+    low, high = sizes["run_state_bytes_min_max"]
+    return (
+        f"  {system} framework_run_state: {sizes['run_state_bytes_per_run_model']:,.0f} B "
+        f"per RunModel ({low:,}-{high:,} B on each tool-call response, none on answers; "
+        f"{sizes['run_models']} RunModels); stored messages "
+        f"{sizes['message_bytes_per_run_model']:,.0f} B per RunModel "
+        f"({sizes['message_bytes_per_tool_call_response']:,.0f} B on each tool-call "
+        f"response, {sizes['message_bytes_per_answer']:,.0f} B on each answer)"
+    )
+
+
+def _adapters(figure: Any, systems: tuple[str, ...]) -> None:
+    """The framework adapters' figures: CPU at C=50 against the headline row's,
     the cost of durability against the plain run, and run-state bytes per RunModel."""
-    from benchmarks.peers.pydantic_ai_peer import run_state_bytes
 
     def cpu(system: str, concurrency: int) -> float | None:
         value: float | None = figure(system, concurrency, "cpu_ms_per_step")
         return value
 
-    print(f"\nPydantic AI adapter ({PYDANTIC_AI}: {HEADLINE}'s configuration, a Pydantic AI agent)")
-    ratio = _ratio(cpu(PYDANTIC_AI, 50), cpu(HEADLINE, 50))
-    verdict = ""
-    if ratio != "-":
-        verdict = "  met" if float(ratio) <= PYDANTIC_AI_CPU_TARGET else "  NOT met"
+    print(f"\nframework adapters ({HEADLINE}'s configuration, an unchanged framework agent)")
     print(
-        f"{PYDANTIC_AI} CPU ms/step at C=50: {_fmt(cpu(PYDANTIC_AI, 50))} ({ratio} x {HEADLINE}; "
-        f"target <= {PYDANTIC_AI_CPU_TARGET}x){verdict}"
+        f"  {HEADLINE} CPU ms/step at C=50: {_fmt(cpu(HEADLINE, 50))}, "
+        f"at C=1: {_fmt(cpu(HEADLINE, 1))}"
     )
-    print(
-        f"  {HEADLINE} CPU ms/step at C=50: {_fmt(cpu(HEADLINE, 50))}; at C=1: "
-        f"{PYDANTIC_AI} {_fmt(cpu(PYDANTIC_AI, 1))}, {HEADLINE} {_fmt(cpu(HEADLINE, 1))} "
-        f"({_ratio(cpu(PYDANTIC_AI, 1), cpu(HEADLINE, 1))}x)"
-    )
-    ms, plain = figure(PYDANTIC_AI, 1, "ms_per_step"), figure(PYDANTIC_AI_PLAIN, 1, "ms_per_step")
-    if ms is not None and plain is not None:
+    builtin: dict[str, Any] | None = None
+    for system, adapter in ADAPTERS.items():
+        if system not in systems:
+            continue
+        ratio = _ratio(cpu(system, 50), cpu(HEADLINE, 50))
+        verdict = ""
+        if ratio != "-":
+            verdict = "  met" if float(ratio) <= ADAPTER_CPU_TARGET else "  NOT met"
         print(
-            f"  C=1 ms/step: {ms:.3f} durable, {plain:.3f} plain ({PYDANTIC_AI_PLAIN}: agent.run "
-            f"in process, no durability): durability adds {ms - plain:.3f} ms/step "
-            f"({_ratio(ms, plain)}x)"
+            f"{system} ({adapter.framework}) CPU ms/step at C=50: {_fmt(cpu(system, 50))} "
+            f"({ratio} x {HEADLINE}; target <= {ADAPTER_CPU_TARGET}x){verdict}"
         )
-    for system, sizes in run_state_bytes().items():
-        low, high = sizes["run_state_bytes_min_max"]
         print(
-            f"  {system} framework_run_state: {sizes['run_state_bytes_per_run_model']:,.0f} B "
-            f"per RunModel ({low:,}-{high:,} B on each tool-call response, none on answers; "
-            f"{sizes['run_models']} RunModels); stored messages "
-            f"{sizes['message_bytes_per_run_model']:,.0f} B per RunModel"
+            f"  CPU ms/step at C=1: {_fmt(cpu(system, 1))} "
+            f"({_ratio(cpu(system, 1), cpu(HEADLINE, 1))}x {HEADLINE})"
         )
+        ms, plain = figure(system, 1, "ms_per_step"), figure(adapter.plain, 1, "ms_per_step")
+        if ms is not None and plain is not None:
+            print(
+                f"  C=1 ms/step: {ms:.3f} durable, {plain:.3f} plain ({adapter.plain}: "
+                f"{adapter.plain_loop} in process, no durability): durability adds "
+                f"{ms - plain:.3f} ms/step ({_ratio(ms, plain)}x)"
+            )
+        sizes = importlib.import_module(adapter.module).run_state_bytes()
+        builtin = sizes.pop(HEADLINE, builtin)
+        for name, figures in sizes.items():
+            print(_bytes_line(name, figures))
+    if builtin is not None:
+        print(_bytes_line(HEADLINE, builtin))
 
 
 def _run(system: str, concurrency: int, sessions: int, paired: bool) -> dict[str, Any]:
@@ -306,8 +355,8 @@ def main(
             f"{_ratio(rate, figure('restate', 50, 'steps_per_s')):>14}"
         )
     _targets(figure)
-    if PYDANTIC_AI in systems:
-        _pydantic_ai(figure)
+    if any(system in systems for system in ADAPTERS):
+        _adapters(figure, systems)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,29 @@ async def engine_factory(
     finally:
         for engine in engines:
             await engine.shutdown(stop_hosts=True)
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[object]:
+    """The loopback OpenAI-compatible server (tests/fake_provider.py), per test."""
+    from tests.fake_provider import FakeProviderServer
+
+    server = FakeProviderServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+def mcp_http() -> Iterator[object]:
+    """The test MCP server over Streamable HTTP (tests/mcp/mcp_server.py), per test."""
+    from tests.mcp.mcp_server import HttpMcpServer
+
+    server = HttpMcpServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

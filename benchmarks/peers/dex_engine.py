@@ -20,6 +20,10 @@ Variants:
         (``pydantic_ai_session_flow``) in place of the built-in loop: its
         ``FunctionModel`` asks for the same 3 calls and answers the same text, its
         3 no-op tools are ``@agent.tool_plain`` functions (``pydantic_ai_peer.py``).
+    openai-agents: the same with an unchanged OpenAI Agents SDK ``agents.Agent``
+        (``openai_agents_session_flow``): a scripted ``agents`` ``Model`` asks for the
+        same 3 calls and answers the same text, its 3 no-op tools are
+        ``@function_tool`` functions (``openai_agents_peer.py``).
 
 Every process of the runtime counts: the job reports the CPU and the peak RSS of
 the host actors next to the client process's (``helper_processes``), and the RSS of
@@ -97,6 +101,7 @@ VARIANTS = (
     "session-dedicated",
     "session-shared-tasks",
     "pydantic-ai",
+    "openai-agents",
     "flow-shared-postgres",
     "session-shared-postgres",
 )
@@ -368,6 +373,10 @@ async def _open(
         raise PeerUnavailable(
             "pydantic_ai is not installed (pip install -c constraints.txt -e '.[pydantic-ai]')"
         )
+    if variant == "openai-agents" and importlib.util.find_spec("agents") is None:
+        raise PeerUnavailable(
+            "openai-agents is not installed (pip install -c constraints.txt -e '.[openai-agents]')"
+        )
     repo = _REPO
     # Ray workers unpickle this module's Steps by reference: give them the repository.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -395,6 +404,11 @@ async def _open(
 
         kind, placement, flow = "session", "shared", pydantic_ai_flow()
         versions["pydantic-ai-slim"] = metadata.version("pydantic-ai-slim")
+    elif variant == "openai-agents":  # the same, with an OpenAI Agents SDK agent
+        from .openai_agents_peer import session_flow as openai_agents_flow
+
+        kind, placement, flow = "session", "shared", openai_agents_flow()
+        versions["openai-agents"] = metadata.version("openai-agents")
     else:
         flow = AgentLoopFlow() if kind == "flow" else session_flow(tools)
     engine = await FlowEngine.start(

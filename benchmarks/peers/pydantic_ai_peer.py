@@ -23,13 +23,14 @@ global of this importable module, so it travels to Ray's processes by reference.
   message and every ``new_messages`` are stored as the session stores them, the
   tool calls get succeeded records, and each ``run_model_step`` outcome is
   weighed (UTF-8 bytes of ``framework_run_state``; of ``framework_item`` of the
-  messages it stores). The built-in loop's runner is weighed the same way, beside it.
+  messages it stores; ``run_state.drive``). The built-in loop's runner is weighed
+  the same way, beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -115,116 +116,12 @@ def session_flow() -> Any:
     return pydantic_ai_session_flow(agent, flow_type="BenchPydanticAI", options=options)
 
 
-async def _drive(runner: Any, turns: int) -> dict[str, Any]:
-    """``turns`` turns of the runner contract by hand, as the session drives it."""
-    from dex_agents_ray.session import (
-        AgentEventWriter,
-        AgentMessage,
-        AgentToolCall,
-        AgentToolCallStatus,
-        AgentTurnContext,
-        FrameworkMessage,
-        ToolCallsRequested,
-        TurnCompleted,
-    )
-
-    stored: list[AgentMessage] = []
-
-    def store(messages: Sequence[FrameworkMessage], turn_id: str) -> int:
-        for message in messages:
-            stored.append(
-                AgentMessage(
-                    sequence=len(stored) + 1,
-                    turn_id=turn_id,
-                    role=message.role,
-                    framework_item=message.framework_item,
-                    text=message.text,
-                    tool_call_id=message.tool_call_id,
-                    tool_name=message.tool_name,
-                    tool_arguments=message.tool_arguments,
-                    tool_output=message.tool_output,
-                )
-            )
-        return sum(len(m.framework_item.encode()) for m in messages)
-
-    async def heartbeat() -> None:
-        return None
-
-    run_state: list[int] = []  # per RunModel: bytes of framework_run_state (0: none)
-    message_bytes: list[int] = []  # per RunModel: bytes of the messages it stores
-    for number in range(1, turns + 1):
-        turn_id = f"turn-{number}"
-        store([runner.build_user_message(f"turn {number}")], turn_id)
-        state: str | None = None
-        records: dict[str, AgentToolCall] = {}
-        for _ in range(2):
-            context = AgentTurnContext(
-                flow_id="bytes",
-                turn_id=turn_id,
-                attempt=1,
-                messages=list(stored),
-                framework_run_state=state,
-                tool_calls=dict(records),
-                events=AgentEventWriter(
-                    lambda _event: None, turn_id=turn_id, step_execution_id="s", attempt=1
-                ),
-                heartbeat=heartbeat,
-                tool_policies={name: _read_policy() for name in TOOL_NAMES},
-            )
-            outcome = await runner.run_model_step(context)
-            message_bytes.append(store(outcome.new_messages, turn_id))
-            if isinstance(outcome, TurnCompleted):
-                run_state.append(0)
-                break
-            assert isinstance(outcome, ToolCallsRequested), outcome
-            state = outcome.framework_run_state
-            run_state.append(len(state.encode()))
-            records = {
-                call.tool_call_id: AgentToolCall(
-                    tool_call_id=call.tool_call_id,
-                    turn_id=turn_id,
-                    tool_name=call.tool_name,
-                    arguments=call.arguments,
-                    effect=call.policy.effect,
-                    requires_approval=False,
-                    status=AgentToolCallStatus.SUCCEEDED,
-                    deferral_order=order,
-                    output=TOOL_TEXT,
-                    runner_tool_state=call.runner_tool_state,
-                )
-                for order, call in enumerate(outcome.tool_calls)
-            }
-        else:
-            raise RuntimeError(f"{runner!r}: turn {number} did not complete")
-    asking = [b for b in run_state if b]
-    return {
-        "run_models": len(run_state),
-        "run_state_bytes_per_run_model": sum(run_state) / len(run_state),
-        "run_state_bytes_per_tool_call_response": sum(asking) / len(asking),
-        "run_state_bytes_min_max": (min(asking), max(asking)),
-        "message_bytes_per_run_model": sum(message_bytes) / len(message_bytes),
-    }
-
-
-def _read_policy() -> Any:
-    from dex_agents_ray import ToolEffect, ToolPolicy
-
-    return ToolPolicy(ToolEffect.READ)
-
-
 def run_state_bytes(turns: int = TURNS) -> dict[str, dict[str, Any]]:
     """Bytes per ``RunModel`` of this agent's runner and of the built-in loop's runner
     on the same scripted workload (see the module)."""
     from dex_agents_ray.pydantic_ai import PydanticAIRunner
 
-    from .dex_engine import session_flow as builtin_session_flow
+    from .run_state import builtin_bytes, drive
 
-    builtin = builtin_session_flow("ray").runner
-
-    async def both() -> dict[str, dict[str, Any]]:
-        return {
-            "dex:pydantic-ai": await _drive(PydanticAIRunner(agent), turns),
-            "dex:session-shared-ray": await _drive(builtin, turns),
-        }
-
-    return asyncio.run(both())
+    mine = asyncio.run(drive(PydanticAIRunner(agent), turns, TOOL_NAMES))
+    return {"dex:pydantic-ai": mine, "dex:session-shared-ray": builtin_bytes(turns)}

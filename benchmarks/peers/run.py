@@ -6,9 +6,10 @@ From the repository root, with a Python that has the ``bench`` extra for the pee
     .venv/bin/python benchmarks/peers/run.py SYSTEM[:VARIANT] C [N]
 
 SYSTEM is ``plain``, ``pydantic-ai`` (an unchanged Pydantic AI agent run plainly,
-no durability), ``sqlite`` (``full``, ``normal``, ``group``), ``dbos``
-(``default``, ``wal``), ``langgraph`` (``async``, ``sync``), ``restate`` or ``dex``
-(this project, ``dex_engine.py``); without a variant the first one is used. C is
+no durability), ``openai-agents`` (the same for an OpenAI Agents SDK agent),
+``sqlite`` (``full``, ``normal``, ``group``), ``dbos`` (``default``, ``wal``),
+``langgraph`` (``async``, ``sync``), ``restate`` or ``dex`` (this project,
+``dex_engine.py``); without a variant the first one is used. C is
 the number of concurrent sessions: 1 times N sequential sessions (default 10);
 more runs C sessions at once. Each job uses a fresh temporary directory and 2
 untimed warm-up sessions (see ``workload.py``). A system whose packages are not
@@ -66,6 +67,7 @@ class _Peer:
 _PEERS = {
     "plain": _Peer(module="plain", variants=()),
     "pydantic-ai": _Peer(module="pydantic_ai_peer", variants=()),
+    "openai-agents": _Peer(module="openai_agents_peer", variants=()),
     "sqlite": _Peer(module="sqlite_floor", variants=("full", "normal", "group")),
     "dbos": _Peer(module="dbos_peer", variants=("default", "wal")),
     "langgraph": _Peer(module="langgraph_peer", variants=("async", "sync")),
@@ -81,6 +83,7 @@ _PEERS = {
             "session-dedicated",
             "session-shared-tasks",
             "pydantic-ai",
+            "openai-agents",
             "flow-shared-postgres",
             "session-shared-postgres",
         ),

@@ -4,10 +4,7 @@ records when each request came, so "under the limit" is checked from its side.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from dex_agents_ray.evals import (
     CaseStatus,
@@ -37,16 +34,6 @@ RETRY_AFTER = 2.0
 STORM = 3
 CASES = 4
 RATE = 120.0  # requests per minute: 2 per second, a burst of 2
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[FakeProviderServer]:
-    server = FakeProviderServer()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
 
 
 async def test_a_429_storm_from_the_provider_slows_cases_and_fails_none(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import warnings
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -44,26 +43,6 @@ from tests.openai_agents.agents import MODEL, triage
 from tests.session.polling import snapshot_when, turn_done
 
 USAGE = {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35}
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[FakeProviderServer]:
-    server = FakeProviderServer()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
-
-
-@pytest.fixture
-def mcp_http() -> Iterator[HttpMcpServer]:
-    server = HttpMcpServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @function_tool

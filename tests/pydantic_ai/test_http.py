@@ -3,10 +3,8 @@ request per ``RunModel`` Step, made by the framework's own OpenAI model."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -17,16 +15,6 @@ from tests.fake_provider import CHAT_PATH, FakeProviderServer, chat_stream
 from tests.session.polling import read_events, snapshot_when, turn_done
 
 USAGE = {"prompt_tokens": 40, "completion_tokens": 7, "total_tokens": 47}
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[FakeProviderServer]:
-    server = FakeProviderServer()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
 
 
 def _build_agent(base_url: str) -> Agent[None, str]:

@@ -4,10 +4,8 @@ Step's idempotency key to a real MCP server over Streamable HTTP."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from pydantic_ai import Agent
 from pydantic_ai import messages as pai
 from pydantic_ai.mcp import MCPToolset
@@ -18,16 +16,6 @@ from dex_agents_ray.mcp import McpStreamableHttpServerConfig, McpToolSource
 from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
 from tests.mcp.mcp_server import IDEMPOTENCY_KEY, HttpMcpServer
 from tests.session.polling import snapshot_when, turn_done
-
-
-@pytest.fixture
-def mcp_http() -> Iterator[HttpMcpServer]:
-    server = HttpMcpServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _calling(*calls: tuple[str, str, dict[str, Any]]) -> FunctionModel:

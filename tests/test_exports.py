@@ -204,6 +204,7 @@ EXPORTS: dict[str, list[str]] = {
         "ForcedToolChoiceSupport",
         "AgentTravelError",
         "FrameworkCallIds",
+        "FrameworkRunnerBase",
         "FrameworkTraveller",
         "FrameworkToolSourceRouter",
         "FunctionTool",

@@ -32,6 +32,7 @@ from dex_agents_ray.builtin_loop._framework_router import (
     SOURCE_TOOL_NOT_OFFERED_RESULT,
     FrameworkToolSourceRouter,
 )
+from dex_agents_ray.builtin_loop._framework_runner import FrameworkRunnerBase
 from dex_agents_ray.builtin_loop._function_tool import (
     FunctionTool,
     FunctionToolResult,
@@ -96,6 +97,7 @@ __all__ = [
     "ForcedToolChoiceSupport",
     "AgentTravelError",
     "FrameworkCallIds",
+    "FrameworkRunnerBase",
     "FrameworkTraveller",
     "FrameworkToolSourceRouter",
     "FunctionTool",

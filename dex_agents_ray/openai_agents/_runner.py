@@ -36,6 +36,7 @@ from agents.run_config import CallModelData, ModelInputData
 
 from dex_agents_ray.builtin_loop import (
     FrameworkCallIds,
+    FrameworkRunnerBase,
     FrameworkToolSourceRouter,
     FrameworkTraveller,
     SourceToolListing,
@@ -52,7 +53,6 @@ from dex_agents_ray.openai_agents._items import (
 from dex_agents_ray.openai_agents._tools import run_function_tool
 from dex_agents_ray.session import (
     CONTEXT_SUMMARY_INSTRUCTIONS,
-    AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
@@ -65,20 +65,14 @@ from dex_agents_ray.session import (
     MessageRole,
     ModelCallMetadata,
     ToolCallsRequested,
-    ToolCallStepOptions,
     ToolEffect,
     ToolExecutionError,
     ToolPolicy,
-    ToolTaskCancellation,
-    ToolTaskPoll,
-    ToolTaskPollOutcome,
     TurnCompleted,
     TurnContinued,
     build_context_summary_prompt,
     built_in_tool_definitions,
     describe_tool_call_outcome,
-    estimate_stored_input_tokens,
-    select_turn_boundary_cutoff,
 )
 
 __all__ = ["OpenAIAgentsRunner"]
@@ -185,7 +179,7 @@ def _check_graph(root: Agent[Any]) -> None:
         )
 
 
-class OpenAIAgentsRunner:
+class OpenAIAgentsRunner(FrameworkRunnerBase):
     """Runs an unchanged OpenAI Agents SDK ``Agent`` as durable session turns.
 
     Implements ``AgentFrameworkRunner[DeferredToolOutcome]``,
@@ -529,35 +523,7 @@ class OpenAIAgentsRunner:
             agent, tool, call, tool_call_id=str(state["id"]), context=self._context_value()
         )
 
-    async def poll_tool_task(self, poll: ToolTaskPoll) -> ToolTaskPollOutcome:
-        """Poll a tool source call's task through its source."""
-        return await self._router.poll_tool_task(poll)
-
-    async def cancel_tool_task(self, cancellation: ToolTaskCancellation) -> None:
-        """Ask the call's tool source to stop its task."""
-        if FrameworkToolSourceRouter.is_source_call(cancellation.tool_call):
-            await self._router.cancel_tool_task(cancellation)
-
-    def tool_call_step_options(self, tool_call: AgentToolCall) -> ToolCallStepOptions | None:
-        """A tool source call's Step options from its source; ``None`` otherwise."""
-        if not FrameworkToolSourceRouter.is_source_call(tool_call):
-            return None
-        try:
-            return self._router.tool_call_step_options(tool_call)
-        except LookupError:
-            return None
-
-    # -- compaction (ContextCompactionRunner) --------------------------------------------
-
-    async def estimate_input_tokens(self, turn: AgentTurnContext) -> int:
-        """``estimate_stored_input_tokens`` of the stored history."""
-        return estimate_stored_input_tokens(turn)
-
-    def select_compaction_cutoff(
-        self, turn: AgentTurnContext, retained_token_budget: int
-    ) -> int | None:
-        """``select_turn_boundary_cutoff``: cut only between turns."""
-        return select_turn_boundary_cutoff(turn, retained_token_budget)
+    # -- compaction (ContextCompactionRunner; the rest in FrameworkRunnerBase) ----------
 
     async def summarize_context(self, request: ContextSummaryRequest) -> ContextSummaryResult:
         """One summary call to the starting agent's model, with no tools."""

@@ -26,6 +26,7 @@ from dex_agents_ray.builtin_loop import (
     MAX_CONSECUTIVE_TURN_CONTINUATIONS,
     TURN_CONTINUATION_LIMIT_ERROR,
     FrameworkCallIds,
+    FrameworkRunnerBase,
     FrameworkToolSourceRouter,
     FrameworkTraveller,
     SourceToolListing,
@@ -48,7 +49,6 @@ from dex_agents_ray.pydantic_ai._tools import (
 )
 from dex_agents_ray.session import (
     CONTEXT_SUMMARY_INSTRUCTIONS,
-    AgentToolCall,
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
@@ -60,18 +60,12 @@ from dex_agents_ray.session import (
     FrameworkMessage,
     ModelCallMetadata,
     ToolCallsRequested,
-    ToolCallStepOptions,
     ToolEffect,
     ToolPolicy,
-    ToolTaskCancellation,
-    ToolTaskPoll,
-    ToolTaskPollOutcome,
     TurnCompleted,
     TurnContinued,
     build_context_summary_prompt,
     built_in_tool_definitions,
-    estimate_stored_input_tokens,
-    select_turn_boundary_cutoff,
 )
 
 __all__ = ["PydanticAIRunner"]
@@ -103,7 +97,7 @@ def _metadata(response: pai.ModelResponse | None, request_model: str | None) -> 
     )
 
 
-class PydanticAIRunner:
+class PydanticAIRunner(FrameworkRunnerBase):
     """Runs an unchanged ``pydantic_ai.Agent`` as durable session turns.
 
     Implements ``AgentFrameworkRunner[DeferredToolOutcome]``,
@@ -510,36 +504,7 @@ class PydanticAIRunner:
             media_store=self.media_store,
         )
 
-    async def poll_tool_task(self, poll: ToolTaskPoll) -> ToolTaskPollOutcome:
-        """Poll a tool source call's task through its source."""
-        return await self._router.poll_tool_task(poll)
-
-    async def cancel_tool_task(self, cancellation: ToolTaskCancellation) -> None:
-        """Ask the call's tool source to stop its task."""
-        if FrameworkToolSourceRouter.is_source_call(cancellation.tool_call):
-            await self._router.cancel_tool_task(cancellation)
-
-    def tool_call_step_options(self, tool_call: AgentToolCall) -> ToolCallStepOptions | None:
-        """A tool source call's Step options from its source; ``None`` otherwise."""
-        if not FrameworkToolSourceRouter.is_source_call(tool_call):
-            return None
-        try:
-            return self._router.tool_call_step_options(tool_call)
-        except LookupError:
-            return None
-
-    # -- compaction (ContextCompactionRunner) --------------------------------------------
-
-    async def estimate_input_tokens(self, turn: AgentTurnContext) -> int:
-        """``estimate_stored_input_tokens`` of the stored history (the policy's
-        ``reserved_input_tokens`` covers the instructions and tool definitions)."""
-        return estimate_stored_input_tokens(turn)
-
-    def select_compaction_cutoff(
-        self, turn: AgentTurnContext, retained_token_budget: int
-    ) -> int | None:
-        """``select_turn_boundary_cutoff``: cut only between turns."""
-        return select_turn_boundary_cutoff(turn, retained_token_budget)
+    # -- compaction (ContextCompactionRunner; the rest in FrameworkRunnerBase) ----------
 
     async def summarize_context(self, request: ContextSummaryRequest) -> ContextSummaryResult:
         """One summary request to the agent's model, with no tools."""

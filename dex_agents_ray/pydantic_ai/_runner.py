@@ -270,30 +270,18 @@ class PydanticAIRunner(FrameworkRunnerBase):
             message_history = history.messages[:-1]
             user_prompt = _prompt_content(history.turn_prompt)
         continuations = _continuations(turn.framework_run_state)
-        deferred: DeferredToolRequests | None = None
-        async with agent.iter(
-            user_prompt,
-            message_history=message_history,
-            deferred_tool_results=results,
-            deps=self._deps_value(),
-            toolsets=toolsets,
-            capabilities=[capability],
-        ) as run:
-            node: Any = run.next_node
-            requested = False
-            try:
-                while not Agent.is_end_node(node):
-                    if Agent.is_model_request_node(node):
-                        if requested:
-                            break
-                        requested = True
-                        node = await self._request(run, node, turn)
-                        continue
-                    node = await run.next(node)
-            except ToolStepsRequested as stop:
-                deferred = stop.requests
-            new = list(run.new_messages())
-            usage = _usage(run.usage)
+        ran = await self._one_request(
+            turn,
+            agent.iter(
+                user_prompt,
+                message_history=message_history,
+                deferred_tool_results=results,
+                deps=self._deps_value(),
+                toolsets=toolsets,
+                capabilities=[capability],
+            ),
+        )
+        node, new, usage, requested, deferred = ran
         system_parts: list[pai.SystemPromptPart] = []
         if user_prompt is not None and new and isinstance(new[0], pai.ModelRequest):
             system_parts = [p for p in new[0].parts if isinstance(p, pai.SystemPromptPart)]
@@ -335,6 +323,29 @@ class PydanticAIRunner(FrameworkRunnerBase):
             usage=usage,
             model_call_metadata=metadata,
         )
+
+    async def _one_request(
+        self, turn: AgentTurnContext, iteration: Any
+    ) -> tuple[Any, list[pai.ModelMessage], AgentUsage, bool, DeferredToolRequests | None]:
+        """Drive one ``agent.iter`` run through at most one model request: the node it
+        stopped at, its new messages, its usage, whether it made the request, and
+        the calls it deferred (``None`` when it deferred none)."""
+        deferred: DeferredToolRequests | None = None
+        async with iteration as run:
+            node: Any = run.next_node
+            requested = False
+            try:
+                while not Agent.is_end_node(node):
+                    if Agent.is_model_request_node(node):
+                        if requested:
+                            break
+                        requested = True
+                        node = await self._request(run, node, turn)
+                        continue
+                    node = await run.next(node)
+            except ToolStepsRequested as stop:
+                deferred = stop.requests
+            return node, list(run.new_messages()), _usage(run.usage), requested, deferred
 
     def _continued(
         self,

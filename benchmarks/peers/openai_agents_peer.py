@@ -39,6 +39,7 @@ from typing import Any
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
+from agents.testing import ScriptedModel as SdkScriptedModel
 from agents.testing import assistant_message
 from agents.testing import function_call as scripted_call
 from agents.usage import Usage
@@ -77,8 +78,14 @@ class ScriptedModel(Model):
         ]
         return ModelResponse(output=calls, usage=usage, response_id=None)
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError("the scripted model does not stream")
+    async def stream_response(  # type: ignore[override]
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """The same reply as stream events (through a one-step SDK ``ScriptedModel``)."""
+        response = await self.get_response(system_instructions, input, *args, **kwargs)
+        replay = SdkScriptedModel([response])
+        async for event in replay.stream_response(system_instructions, input, *args, **kwargs):
+            yield event
 
 
 @function_tool

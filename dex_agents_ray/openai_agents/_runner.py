@@ -332,20 +332,17 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         active = graph.agent(state.get("agent") if state else start_name)
         try:
             if state is None:
-                result = await Runner.run(
-                    start, cast(Any, run_input), run_config=config, context=context
-                )
+                result = await _streamed(turn, start, run_input, config, context)
             elif state["kind"] == "run_state":
                 run_state = await RunState.from_string(
                     graph.agent(start_name), state["state"], context_override=context
                 )
                 for item in run_state.get_interruptions():
                     run_state.approve(item)
-                result = await Runner.run(graph.agent(start_name), run_state, run_config=config)
+                result = await _streamed(turn, graph.agent(start_name), run_state, config)
             else:
                 agent = graph.agent(start_name).clone(input_guardrails=[])
-                items = cast(Any, state["items"])
-                result = await Runner.run(agent, items, run_config=config, context=context)
+                result = await _streamed(turn, agent, state["items"], config, context)
         except _StopBeforeModelCall:
             return self._continued(state, gate, base)
         except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
@@ -562,6 +559,37 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
                 request_model=_model_name(self.agent), response_id=response.response_id
             ),
         )
+
+
+_TEXT_DELTA = "response.output_text.delta"
+_REASONING_DELTAS = ("response.reasoning_summary_text.delta", "response.reasoning_text.delta")
+
+
+async def _streamed(
+    turn: AgentTurnContext,
+    agent: Agent[Any],
+    run_input: Any,
+    config: RunConfig,
+    context: Any = None,
+) -> Any:
+    """``Runner.run_streamed``, its text and reasoning deltas written to the turn's
+    events; the finished result (the run's exceptions are raised here)."""
+    if isinstance(run_input, RunState):
+        streamed = Runner.run_streamed(agent, run_input, run_config=config)
+    else:
+        streamed = Runner.run_streamed(
+            agent, cast(Any, run_input), run_config=config, context=context
+        )
+    async for event in streamed.stream_events():
+        if event.type != "raw_response_event":
+            continue
+        data: Any = event.data
+        kind = getattr(data, "type", None)
+        if kind == _TEXT_DELTA:
+            turn.events.write_text_delta(str(data.delta))
+        elif kind in _REASONING_DELTAS:
+            turn.events.write_reasoning_delta(str(data.delta))
+    return streamed
 
 
 def _no_context(_context: Any) -> dict[str, Any]:

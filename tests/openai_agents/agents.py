@@ -27,7 +27,7 @@ from agents import (
 )
 from agents.items import ModelResponse, TResponseInputItem, TResponseOutputItem
 from agents.models.interface import Model
-from agents.testing import assistant_message, function_call
+from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
 from dex_agents_ray.openai_agents import get_current_deferred_tool_execution
@@ -101,26 +101,36 @@ def _is_agent(item: TResponseOutputItem) -> bool:
 
 
 class PromptScriptedModel(Model):
-    """Replies from ``SCRIPTS`` by the input's last user prompt (see the module)."""
+    """Replies from ``SCRIPTS`` by the input's last user prompt (see the module),
+    through a one-step ``agents.testing.ScriptedModel`` per call (streamed or not)."""
 
-    async def get_response(
-        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
-    ) -> ModelResponse:
+    def _step(self, system_instructions: Any, input: Any) -> Step:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
         prompt, index, outputs = _prompt_and_index(items)
         script = SCRIPTS.get(prompt, [])
         if prompt.startswith("echo "):
-            reply = f"echo: {prompt[5:]} ({len(items)} items, {system_instructions})"
-            step: Step = [say(reply)]
-        elif index < len(script):
-            step = [say(system_instructions) if _is_agent(i) else i for i in script[index]]
-        else:
-            step = [say(f"seen {outputs}")]
-        usage = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
-        return ModelResponse(output=step, usage=usage, response_id=f"resp-{index}")
+            return [say(f"echo: {prompt[5:]} ({len(items)} items, {system_instructions})")]
+        if index < len(script):
+            return [say(system_instructions) if _is_agent(i) else i for i in script[index]]
+        return [say(f"seen {outputs}")]
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError("the scripted model does not stream")
+    def _scripted(self, step: Step) -> ScriptedModel:
+        usage = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
+        return ScriptedModel([step], default_usage=usage)
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        step = self._step(system_instructions, input)
+        return await self._scripted(step).get_response(system_instructions, input, *args, **kwargs)
+
+    async def stream_response(  # type: ignore[override]
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        step = self._step(system_instructions, input)
+        scripted = self._scripted(step)
+        async for event in scripted.stream_response(system_instructions, input, *args, **kwargs):
+            yield event
 
 
 MODEL = PromptScriptedModel()

@@ -83,6 +83,7 @@ async def test_chat_completions_one_request_per_run_model_step(
 
     bodies = provider.bodies(CHAT_PATH)
     assert len(bodies) == 2 == await _run_model_steps(sessions, "chat-1")
+    assert all(body["stream"] is True for body in bodies)  # deltas reach AgentEvents
     assert bodies[0]["messages"][0] == {"role": "system", "content": "You track orders."}
     tool_reply = next(m for m in bodies[1]["messages"] if m["role"] == "tool")
     assert tool_reply == {"role": "tool", "tool_call_id": "call_1", "content": "A1 shipped"}

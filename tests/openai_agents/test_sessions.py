@@ -14,6 +14,7 @@ import pytest
 from agents import Runner
 
 from dex_agents_ray import (
+    AgentEventType,
     AgentSessionClient,
     AgentSessionOptions,
     MessageRole,
@@ -26,7 +27,7 @@ from dex_agents_ray.openai_agents import (
 )
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
 from tests.openai_agents.agents import Context, stopper, triage
-from tests.session.polling import has_interrupt, snapshot_when, turn_done
+from tests.session.polling import has_interrupt, read_events, snapshot_when, turn_done
 
 READS = AgentSessionOptions(default_tool_effect=ToolEffect.READ)
 
@@ -79,6 +80,9 @@ async def test_parallel_calls_run_once_each_in_their_own_tool_steps(
     assert [k for _, k in multiply] == ["sum-1/turn-1/c2"]  # the sync tool too
     assert add[0][0] != os.getpid()
     assert done.usage.model_calls == 2 and done.usage.input_tokens == 20
+    events = await read_events(sessions, "sum-1", until_type=AgentEventType.TURN_COMPLETED)
+    deltas = [e.payload["text"] for e in events if e.type is AgentEventType.TEXT_DELTA]
+    assert "".join(str(d) for d in deltas) == "5 and 20"  # streamed from the model
 
 
 async def test_a_callable_needs_approval_is_evaluated_per_call(

@@ -7,11 +7,16 @@ every tool logs its real runs with ``InvocationLog``.
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Runner
+from agents import Agent, Runner, function_tool
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.testing import ScriptedModel, function_call
+from agents.usage import Usage
 
 from dex_agents_ray import (
     AgentEventType,
@@ -228,3 +233,43 @@ async def test_the_execution_is_refused_outside_a_tool_step(state_dir: Path) -> 
     ]
     assert outputs == ["An error occurred while running the tool. Please try again."] * 2
     assert _log(state_dir, "add") == []
+
+
+class _Looping(Model):
+    """Calls ``ping`` forever (a new call ID each time)."""
+
+    async def get_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any) -> Any:
+        items = [i if isinstance(i, dict) else i.model_dump() for i in input]
+        n = sum(1 for i in items if i.get("type") == "function_call")
+        call = function_call("ping", "{}", call_id=f"p{n}")
+        return ModelResponse(output=[call], usage=Usage(requests=1), response_id=None)
+
+    async def stream_response(  # type: ignore[override]
+        self, system_instructions: Any, input: Any, *a: Any, **k: Any
+    ) -> AsyncIterator[Any]:
+        reply = await self.get_response(system_instructions, input)
+        async for event in ScriptedModel([reply]).stream_response(
+            system_instructions, input, *a, **k
+        ):
+            yield event
+
+
+async def test_max_turns_counts_the_model_calls_of_a_turn_across_steps(
+    engine_factory: Any,
+) -> None:
+    @function_tool
+    def ping() -> str:
+        """Answers pong."""
+        return "pong"
+
+    looper = Agent(name="looper", model=_Looping(), tools=[ping])
+    flow = openai_agents_session_flow(looper, flow_type="Looper", options=READS)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("loop-1", "go")
+    done = await snapshot_when(sessions, "loop-1", turn_done(1), timeout=180)
+
+    assert done.state is not None
+    assert done.state.last_turn_error == "max_turns reached: Max turns (10) exceeded"
+    assert done.usage.model_calls == 10
+    assert [m.tool_output for m in done.messages if m.role is MessageRole.TOOL] == ["pong"] * 10

@@ -206,6 +206,7 @@ EXPORTS: dict[str, list[str]] = {
         "FrameworkCallIds",
         "FrameworkRunnerBase",
         "FrameworkTraveller",
+        "PerProcessValue",
         "FrameworkToolSourceRouter",
         "FunctionTool",
         "FunctionToolResult",

@@ -81,7 +81,11 @@ from dex_agents_ray.builtin_loop._tool_source import (
     ToolSource,
     ToolSourceRouter,
 )
-from dex_agents_ray.builtin_loop._travel import AgentTravelError, FrameworkTraveller
+from dex_agents_ray.builtin_loop._travel import (
+    AgentTravelError,
+    FrameworkTraveller,
+    PerProcessValue,
+)
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
@@ -99,6 +103,7 @@ __all__ = [
     "FrameworkCallIds",
     "FrameworkRunnerBase",
     "FrameworkTraveller",
+    "PerProcessValue",
     "FrameworkToolSourceRouter",
     "FunctionTool",
     "FunctionToolResult",

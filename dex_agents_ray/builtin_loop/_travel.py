@@ -27,7 +27,13 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["AgentTravelError", "FrameworkTraveller", "dumps_by_value", "find_module_reference"]
+__all__ = [
+    "AgentTravelError",
+    "FrameworkTraveller",
+    "PerProcessValue",
+    "dumps_by_value",
+    "find_module_reference",
+]
 
 _LOCK_TYPES: tuple[type[Any], ...] = (type(threading.Lock()), type(threading.RLock()))
 _WEAK_CONTAINERS: tuple[type[Any], ...] = (
@@ -261,3 +267,44 @@ def _arrive(payload: tuple[str, Any], what: str) -> FrameworkTraveller:
     traveller.what = what
     traveller._payload = payload
     return traveller
+
+
+class PerProcessValue:
+    """A framework's per-run value (Pydantic AI's ``deps``, the Agents SDK's
+    ``context``): one that travels (a :class:`FrameworkTraveller`), or a factory
+    called once in each process that needs it.
+
+    Raises:
+        ValueError: Both ``value`` and ``factory``.
+        TypeError: ``factory`` is not callable, or ``value`` cannot travel.
+    """
+
+    def __init__(self, value: Any, factory: Callable[[], Any] | None, *, what: str) -> None:
+        if value is not None and factory is not None:
+            raise ValueError(f"give {what} or {what}_factory, not both")
+        if factory is not None and not callable(factory):
+            raise TypeError(f"{what}_factory must be callable")
+        self._shared = FrameworkTraveller(value, what=what) if value is not None else None
+        self._factory = factory
+        self._built: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The value; ``None`` without one."""
+        if self._shared is not None:
+            return self._shared.value
+        if self._factory is None:
+            return None
+        with self._lock:
+            if self._built is None:
+                self._built = self._factory()
+            return self._built
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_shared": self._shared, "_factory": self._factory}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._shared = state["_shared"]
+        self._factory = state["_factory"]
+        self._built = None
+        self._lock = threading.Lock()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -39,6 +38,7 @@ from dex_agents_ray.builtin_loop import (
     FrameworkRunnerBase,
     FrameworkToolSourceRouter,
     FrameworkTraveller,
+    PerProcessValue,
     SourceToolListing,
     ToolSource,
 )
@@ -218,10 +218,6 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         if not isinstance(agent, Agent):
             raise TypeError(f"OpenAIAgentsRunner needs an agents.Agent, got {type(agent).__name__}")
         _check_graph(agent)
-        if context is not None and context_factory is not None:
-            raise ValueError("give context or context_factory, not both")
-        if context_factory is not None and not callable(context_factory):
-            raise TypeError("context_factory must be callable")
         if run_config is not None and not isinstance(run_config, RunConfig):
             raise TypeError("run_config must be an agents.RunConfig")
         if run_config is not None and run_config.session_settings is not None:
@@ -230,23 +226,10 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
                 "the session's history lives in the Flow's store"
             )
         self._agent = FrameworkTraveller(agent, what="the agent")
-        self._context = FrameworkTraveller(context, what="context") if context is not None else None
-        self._context_factory = context_factory
+        self._context = PerProcessValue(context, context_factory, what="context")
         self._run_config = FrameworkTraveller(run_config, what="run_config") if run_config else None
         self._router = FrameworkToolSourceRouter(tool_sources)
         self.media_store = media_store
-        self._built_context: Any = None
-        self._context_lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_context_lock", None)
-        state["_built_context"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._context_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"OpenAIAgentsRunner({self.agent.name!r})"
@@ -263,14 +246,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         return self._agent.by_reference
 
     def _context_value(self) -> Any:
-        if self._context is not None:
-            return self._context.value
-        if self._context_factory is None:
-            return None
-        with self._context_lock:
-            if self._built_context is None:
-                self._built_context = self._context_factory()
-            return self._built_context
+        return self._context.get()
 
     def _config(self, gate: _StepGate) -> RunConfig:
         config = (

@@ -12,7 +12,6 @@ from.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,6 +28,7 @@ from dex_agents_ray.builtin_loop import (
     FrameworkRunnerBase,
     FrameworkToolSourceRouter,
     FrameworkTraveller,
+    PerProcessValue,
     SourceToolListing,
     ToolSource,
 )
@@ -161,17 +161,10 @@ class PydanticAIRunner(FrameworkRunnerBase):
                 f"the agent has native (provider-side) tools that cannot run as tool Steps: "
                 f"{names}; remove them or offer the same tool as a function tool"
             )
-        if deps is not None and deps_factory is not None:
-            raise ValueError("give deps or deps_factory, not both")
-        if deps_factory is not None and not callable(deps_factory):
-            raise TypeError("deps_factory must be callable")
         self._agent = FrameworkTraveller(agent, what="the agent")
-        self._deps = FrameworkTraveller(deps, what="deps") if deps is not None else None
-        self._deps_factory = deps_factory
+        self._deps = PerProcessValue(deps, deps_factory, what="deps")
         self._router = FrameworkToolSourceRouter(tool_sources)
         self.media_store = media_store
-        self._built_deps: Any = None
-        self._deps_lock = threading.Lock()
         if media_store is not None:
             self.build_user_message_with_images = self._build_user_message_with_images
 
@@ -181,14 +174,11 @@ class PydanticAIRunner(FrameworkRunnerBase):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_deps_lock", None)
-        state["_built_deps"] = None
         state.pop("build_user_message_with_images", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._deps_lock = threading.Lock()
         if self.media_store is not None:
             self.build_user_message_with_images = self._build_user_message_with_images
 
@@ -207,14 +197,7 @@ class PydanticAIRunner(FrameworkRunnerBase):
         return self._agent.by_reference
 
     def _deps_value(self) -> Any:
-        if self._deps is not None:
-            return self._deps.value
-        if self._deps_factory is None:
-            return None
-        with self._deps_lock:
-            if self._built_deps is None:
-                self._built_deps = self._deps_factory()
-            return self._built_deps
+        return self._deps.get()
 
     # -- messages ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ runner contract itself.
 from __future__ import annotations
 
 from dex_agents_ray.builtin_loop._framework_router import FrameworkToolSourceRouter
+from dex_agents_ray.builtin_loop._travel import FrameworkTraveller
 from dex_agents_ray.session import (
     AgentToolCall,
     AgentTurnContext,
@@ -27,11 +28,17 @@ __all__ = ["FrameworkRunnerBase"]
 class FrameworkRunnerBase:
     """The tool source routing and turn-boundary compaction of an adapter's runner.
 
-    A subclass sets ``self._router`` (its ``FrameworkToolSourceRouter``) in
-    ``__init__``.
+    A subclass sets ``self._router`` (its ``FrameworkToolSourceRouter``) and
+    ``self._agent`` (its agent's ``FrameworkTraveller``) in ``__init__``.
     """
 
     _router: FrameworkToolSourceRouter
+    _agent: FrameworkTraveller
+
+    @property
+    def agent_reference(self) -> str | None:
+        """``"module:attr"`` when the agent travels by reference; ``None`` by value."""
+        return self._agent.by_reference
 
     async def poll_tool_task(self, poll: ToolTaskPoll) -> ToolTaskPollOutcome:
         """Poll a tool source call's task through its source."""

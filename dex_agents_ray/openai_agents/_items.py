@@ -16,17 +16,13 @@ from typing import Any
 
 from dex_agents_ray.session import (
     CONTEXT_SUMMARY_NOTE_HEADER,
+    OUTCOME_UNKNOWN_TEXT,
     AgentTurnContext,
     FrameworkMessage,
     MessageRole,
 )
 
 __all__ = ["History", "framework_messages", "jsonable", "rebuild_history", "user_item"]
-
-OUTCOME_UNKNOWN_TEXT = (
-    "The tool call's outcome is unknown: it may or may not have taken effect. "
-    "Check before calling it again."
-)
 
 
 def jsonable(items: Iterable[Any]) -> list[dict[str, Any]]:

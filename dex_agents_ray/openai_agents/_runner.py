@@ -44,7 +44,6 @@ from dex_agents_ray.builtin_loop import (
 )
 from dex_agents_ray.openai_agents._graph import AgentGraph, walk_agents
 from dex_agents_ray.openai_agents._items import (
-    OUTCOME_UNKNOWN_TEXT,
     framework_messages,
     jsonable,
     rebuild_history,
@@ -53,6 +52,7 @@ from dex_agents_ray.openai_agents._items import (
 from dex_agents_ray.openai_agents._tools import run_function_tool
 from dex_agents_ray.session import (
     CONTEXT_SUMMARY_INSTRUCTIONS,
+    OUTCOME_UNKNOWN_TEXT,
     AgentTurnContext,
     AgentTurnOutcome,
     AgentUsage,
@@ -240,11 +240,6 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         agent: Agent[Any] = self._agent.value
         return agent
 
-    @property
-    def agent_reference(self) -> str | None:
-        """``"module:attr"`` when the agent travels by reference; ``None`` by value."""
-        return self._agent.by_reference
-
     def _context_value(self) -> Any:
         return self._context.get()
 
@@ -305,7 +300,6 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
             base, start_name, run_input = len(history.items), start.name, history.items
         else:
             base, start_name = int(state["base"]), str(state["start"])
-        active = graph.agent(state.get("agent") if state else start_name)
         try:
             if state is None:
                 result = await _streamed(turn, start, run_input, config, context)
@@ -320,13 +314,13 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
                 agent = graph.agent(start_name).clone(input_guardrails=[])
                 result = await _streamed(turn, agent, state["items"], config, context)
         except _StopBeforeModelCall:
-            return self._continued(state, gate, base)
+            return self._continued(gate, base)
         except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
             name = tripped.guardrail_result.guardrail.get_name()
             kind = "input" if isinstance(tripped, InputGuardrailTripwireTriggered) else "output"
-            return self._failed(turn, state, active, f"the {kind} guardrail {name} tripped")
+            return self._failed(turn, state, f"the {kind} guardrail {name} tripped")
         except MaxTurnsExceeded as exceeded:
-            return self._failed(turn, state, active, f"max_turns reached: {exceeded}")
+            return self._failed(turn, state, f"max_turns reached: {exceeded}")
         new = jsonable(result.to_input_list())[base:]
         last = result.last_agent
         usage = _usage(result) if gate.calls else AgentUsage()
@@ -356,9 +350,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
             model_call_metadata=metadata,
         )
 
-    def _continued(
-        self, state: Mapping[str, Any] | None, gate: _StepGate, base: int
-    ) -> AgentTurnOutcome:
+    def _continued(self, gate: _StepGate, base: int) -> AgentTurnOutcome:
         envelope = {
             "v": _STATE_VERSION,
             "kind": "items",
@@ -373,7 +365,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         )
 
     def _failed(
-        self, turn: AgentTurnContext, state: Mapping[str, Any] | None, agent: Agent[Any], error: str
+        self, turn: AgentTurnContext, state: Mapping[str, Any] | None, error: str
     ) -> AgentTurnOutcome:
         messages = list(self.build_unfinished_turn_messages(turn)) if state else []
         return TurnCompleted(new_messages=messages, turn_error=error)

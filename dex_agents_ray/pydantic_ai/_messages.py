@@ -22,6 +22,7 @@ from pydantic_ai import messages as pai
 
 from dex_agents_ray.session import (
     CONTEXT_SUMMARY_NOTE_HEADER,
+    OUTCOME_UNKNOWN_TEXT,
     AgentMessage,
     AgentToolCall,
     AgentToolCallStatus,
@@ -45,11 +46,6 @@ __all__ = [
 MODEL_RETRY_ERROR_PREFIX = "ModelRetry: "
 """How a tool's ``ModelRetry`` is recorded (``failed``, the error starts with it), so
 the next model call shows it as Pydantic AI does (a retry prompt), not as a failure."""
-
-OUTCOME_UNKNOWN_TEXT = (
-    "The tool call's outcome is unknown: it may or may not have taken effect. "
-    "Check before calling it again."
-)
 
 
 def encode_messages(messages: Sequence[pai.ModelMessage]) -> str:

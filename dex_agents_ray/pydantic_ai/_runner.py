@@ -191,11 +191,6 @@ class PydanticAIRunner(FrameworkRunnerBase):
         agent: Agent[Any, Any] = self._agent.value
         return agent
 
-    @property
-    def agent_reference(self) -> str | None:
-        """``"module:attr"`` when the agent travels by reference; ``None`` by value."""
-        return self._agent.by_reference
-
     def _deps_value(self) -> Any:
         return self._deps.get()
 

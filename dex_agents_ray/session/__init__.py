@@ -71,6 +71,7 @@ from dex_agents_ray.session._policy import (
     is_approval_required,
 )
 from dex_agents_ray.session._runner import (
+    OUTCOME_UNKNOWN_TEXT,
     PLANNING_TURN_CALL_REJECTED,
     AgentEventWriter,
     AgentFrameworkRunner,
@@ -190,6 +191,7 @@ from dex_agents_ray.session_graph import session_flow_definition_document
 
 __all__ = [
     "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
+    "OUTCOME_UNKNOWN_TEXT",
     "AGENT_EVENTS_STREAM_NAME",
     "AGENT_MESSAGES",
     "AGENT_MESSAGE_CHUNKS",

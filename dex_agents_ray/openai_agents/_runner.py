@@ -3,8 +3,14 @@
 One ``run_model_step`` is one ``Runner.run`` on the adapter's copy of the agent
 graph (``_graph``) that makes at most one model call: a response that asks for
 function tools pauses the run before any tool body runs (every tool of the copy
-needs approval) and its ``RunState`` is the ``framework_run_state``; the next
-``RunModel`` resumes that state with each call's recorded outcome. A run that
+needs approval). The next ``RunModel`` goes on from there with each call's
+recorded outcome: for an agent whose run would just send the tools' outputs back
+to the model (``tool_use_behavior="run_llm_again"``, no forced ``tool_choice`` to
+reset, no ``AgentHooks``), by a new run of that agent from the turn's input
+items and the outputs, which the run state holds (``"kind": "items"``; the
+turn's model calls so far count against ``max_turns``); for any other, by
+resuming the paused run's ``RunState``, the SDK's own (``"kind": "run_state"``,
+several times the cost: the SDK's resume re-validates the whole state). A run that
 would make a second model call (after a handoff) is stopped by a
 ``call_model_input_filter`` gate before it is sent; the next ``RunModel`` starts
 a run of the new active agent from that exact model input (``TurnContinued``).
@@ -31,6 +37,7 @@ from agents import (
     Runner,
     RunState,
 )
+from agents.run import DEFAULT_MAX_TURNS
 from agents.run_config import CallModelData, ModelInputData
 
 from dex_agents_ray.builtin_loop import (
@@ -263,19 +270,25 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         state = _parse_state(turn.framework_run_state)
         if state is None:
             return []
-        items: list[dict[str, Any]] = list(state["new"])
-        answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
-        names: dict[str, str] = {}
-        for item in list(items):
-            if item.get("type") != "function_call" or item.get("call_id") in answered:
-                continue
-            call_id = str(item.get("call_id"))
-            names[call_id] = str(item.get("name"))
-            output = self._recorded(turn, SourceToolListing(), names[call_id], call_id)
-            items.append({"call_id": call_id, "output": output, "type": "function_call_output"})
+        items = self._with_outputs(turn, SourceToolListing(), state["new"])
         ids = FrameworkCallIds.session_ids(turn.tool_calls.values())
         agents = [state.get("agent")] * len(items)
         return framework_messages(items, agents, session_ids=ids)
+
+    def _with_outputs(
+        self, turn: AgentTurnContext, listing: SourceToolListing, items: Sequence[Any]
+    ) -> list[dict[str, Any]]:
+        """``items`` with a ``function_call_output`` (the recorded outcome) after them
+        for each ``function_call`` they leave unanswered."""
+        shown: list[dict[str, Any]] = list(items)
+        answered = {i.get("call_id") for i in shown if i.get("type") == "function_call_output"}
+        for item in list(shown):
+            if item.get("type") != "function_call" or item.get("call_id") in answered:
+                continue
+            call_id = str(item.get("call_id"))
+            output = self._recorded(turn, listing, str(item.get("name")), call_id)
+            shown.append({"call_id": call_id, "output": output, "type": "function_call_output"})
+        return shown
 
     # -- RunModel ----------------------------------------------------------------------
 
@@ -294,6 +307,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         )
         config = self._config(gate)
         context = self._context_value()
+        turns = int(state.get("turns", 0)) if state is not None else 0
         if state is None:
             history = rebuild_history(turn)
             start = graph.agent(history.agent)
@@ -312,31 +326,41 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
                 result = await _streamed(turn, graph.agent(start_name), run_state, config)
             else:
                 agent = graph.agent(start_name).clone(input_guardrails=[])
-                result = await _streamed(turn, agent, state["items"], config, context)
+                items = self._with_outputs(turn, listing, state["items"])
+                result = await _streamed(
+                    turn, agent, items, config, context, max_turns=DEFAULT_MAX_TURNS - turns
+                )
         except _StopBeforeModelCall:
-            return self._continued(gate, base)
+            return self._continued(gate, base, turns + 1)
         except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
             name = tripped.guardrail_result.guardrail.get_name()
             kind = "input" if isinstance(tripped, InputGuardrailTripwireTriggered) else "output"
             return self._failed(turn, state, f"the {kind} guardrail {name} tripped")
-        except MaxTurnsExceeded as exceeded:
-            return self._failed(turn, state, f"max_turns reached: {exceeded}")
+        except MaxTurnsExceeded:
+            error = f"max_turns reached: Max turns ({DEFAULT_MAX_TURNS}) exceeded"
+            return self._failed(turn, state, error)
         new = jsonable(result.to_input_list())[base:]
         last = result.last_agent
         usage = _usage(result) if gate.calls else AgentUsage()
         metadata = _metadata(last, result)
         if result.interruptions:
-            envelope = {
-                "v": _STATE_VERSION,
-                "kind": "run_state",
-                "start": start_name,
-                "agent": last.name,
-                "base": base,
-                "new": new,
+            envelope: dict[str, Any] = {"v": _STATE_VERSION, "agent": last.name, "base": base}
+            envelope["new"] = new
+            if (
+                state is not None
+                and state["kind"] == "run_state"
+                or not _resumes_from_items(last, config)
+            ):
+                envelope["kind"] = "run_state"
+                envelope["start"] = start_name
                 # The context is the process's own (context_override on resume),
                 # never stored with the session.
-                "state": result.to_state().to_string(context_serializer=_no_context),
-            }
+                envelope["state"] = result.to_state().to_string(context_serializer=_no_context)
+            else:
+                envelope["kind"] = "items"
+                envelope["start"] = last.name
+                envelope["items"] = jsonable(result.to_input_list())
+                envelope["turns"] = turns + result.current_turn
             calls = await self._deferred_calls(turn, result, listing)
             return ToolCallsRequested(
                 framework_run_state=json.dumps(envelope, separators=(",", ":")),
@@ -350,7 +374,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
             model_call_metadata=metadata,
         )
 
-    def _continued(self, gate: _StepGate, base: int) -> AgentTurnOutcome:
+    def _continued(self, gate: _StepGate, base: int, turns: int) -> AgentTurnOutcome:
         envelope = {
             "v": _STATE_VERSION,
             "kind": "items",
@@ -359,6 +383,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
             "base": base,
             "new": gate.next_items[base:],
             "items": gate.next_items,
+            "turns": turns,
         }
         return TurnContinued(
             framework_run_state=json.dumps(envelope, separators=(",", ":")), new_messages=()
@@ -539,6 +564,8 @@ async def _streamed(
     run_input: Any,
     config: RunConfig,
     context: Any = None,
+    *,
+    max_turns: int = DEFAULT_MAX_TURNS,
 ) -> Any:
     """``Runner.run_streamed``, its text and reasoning deltas written to the turn's
     events; the finished result (the run's exceptions are raised here)."""
@@ -546,7 +573,7 @@ async def _streamed(
         streamed = Runner.run_streamed(agent, run_input, run_config=config)
     else:
         streamed = Runner.run_streamed(
-            agent, cast(Any, run_input), run_config=config, context=context
+            agent, cast(Any, run_input), run_config=config, context=context, max_turns=max_turns
         )
     async for event in streamed.stream_events():
         if event.type != "raw_response_event":
@@ -558,6 +585,19 @@ async def _streamed(
         elif kind in _REASONING_DELTAS:
             turn.events.write_reasoning_delta(str(data.delta))
     return streamed
+
+
+def _resumes_from_items(agent: Agent[Any], config: RunConfig) -> bool:
+    """Whether a new run of ``agent`` from the turn's items and the tools' outputs
+    makes the model call the paused run would make next (see the module)."""
+    settings = agent.model_settings
+    if config.model_settings is not None:
+        settings = settings.resolve(config.model_settings)
+    return (
+        agent.tool_use_behavior == "run_llm_again"
+        and agent.hooks is None
+        and (settings.tool_choice is None or not agent.reset_tool_choice)
+    )
 
 
 def _no_context(_context: Any) -> dict[str, Any]:

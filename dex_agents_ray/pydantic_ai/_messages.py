@@ -14,6 +14,8 @@ when the history is rebuilt, where Pydantic AI keeps them.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,6 +55,14 @@ def encode_messages(messages: Sequence[pai.ModelMessage]) -> str:
     return pai.ModelMessagesTypeAdapter.dump_json(list(messages)).decode()
 
 
+_DECODED: OrderedDict[str, tuple[pai.ModelMessage, ...]] = OrderedDict()
+"""The messages of recently decoded items, by the item's JSON: a session's
+``RunModel`` Steps decode the same stored history again and again. Runs never
+change the history they are given (they build new messages with ``replace``)."""
+_DECODED_LIMIT = 8192
+_DECODED_LOCK = threading.Lock()
+
+
 def decode_item(message: AgentMessage) -> list[pai.ModelMessage]:
     """The Pydantic AI messages of one stored message.
 
@@ -61,12 +71,23 @@ def decode_item(message: AgentMessage) -> list[pai.ModelMessage]:
     Raises:
         ValueError: The item is neither Pydantic AI history nor user text.
     """
+    item = message.framework_item
+    with _DECODED_LOCK:
+        cached = _DECODED.get(item)
+        if cached is not None:
+            _DECODED.move_to_end(item)
+            return list(cached)
     try:
-        return list(pai.ModelMessagesTypeAdapter.validate_json(message.framework_item))
+        decoded = tuple(pai.ModelMessagesTypeAdapter.validate_json(item))
     except ValueError:
         if message.role is MessageRole.USER and message.text is not None:
             return [pai.ModelRequest(parts=[pai.UserPromptPart(message.text)])]
         raise ValueError(f"stored message {message.sequence} is not Pydantic AI history") from None
+    with _DECODED_LOCK:
+        _DECODED[item] = decoded
+        if len(_DECODED) > _DECODED_LIMIT:
+            _DECODED.popitem(last=False)
+    return list(decoded)
 
 
 def user_message(content: str | Sequence[pai.UserContent], text: str) -> FrameworkMessage:

@@ -5,8 +5,11 @@ runs (:class:`DeferToolSteps`, a capability added to the adapter's runs only:
 the user's agent is unchanged), so the run ends with ``DeferredToolRequests``.
 In the tool Step the call runs through the agent's own tool machinery
 (argument validation, ``RunContext`` with ``deps``, sync functions in a
-thread, ``ModelRetry``) by a run that ends before it would call the model
-(:func:`run_tool_call`).
+thread, ``ModelRetry``, the capabilities' tool hooks): for an agent whose
+tools are all function tools and whose capabilities have no run-level hooks,
+by the framework's ``ToolManager`` alone (the run's own tool dispatch, at a
+tenth of a run's cost); otherwise by a run that ends before it would call the
+model (:func:`run_tool_call`).
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ from pydantic_ai import (
     ToolApproved,
 )
 from pydantic_ai import messages as pai
+from pydantic_ai._tool_execution import build_tool_return_part, tool_bound_retry_part
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ApprovalRequired, ToolFailedError, ToolRetryError
+from pydantic_ai.models import Model
+from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
+from pydantic_ai.usage import RunUsage
 
 from dex_agents_ray.media import MediaStore, validate_image_references
 from dex_agents_ray.session import (
@@ -188,7 +196,10 @@ async def run_tool_call(
     with _EXECUTIONS_LOCK:
         _EXECUTIONS[run_id] = execution
     try:
-        parts = await _drive_to_result(agent, history, results, deps, run_id, tool_call_id)
+        if _dispatches_directly(agent):
+            parts = await _dispatch(agent, call, history, approval, deps, run_id)
+        else:
+            parts = await _drive_to_result(agent, history, results, deps, run_id, tool_call_id)
     finally:
         with _EXECUTIONS_LOCK:
             _EXECUTIONS.pop(run_id, None)
@@ -235,6 +246,109 @@ async def _with_images(
     return ToolExecutionResult(output=output if kept else "", images=tuple(references))
 
 
+_RUN_LEVEL_HOOKS = (
+    "for_agent",
+    "for_run",
+    "before_run",
+    "after_run",
+    "wrap_run",
+    "on_run_error",
+    "before_node_run",
+    "after_node_run",
+    "wrap_node_run",
+    "get_toolset",
+    "get_wrapper_toolset",
+    "get_workspace",
+)
+"""Capability hooks a run calls that the ``ToolManager`` alone would not."""
+
+_DIRECT: dict[int, tuple[Agent[Any, Any], bool]] = {}
+"""Per agent (by identity, the agent kept alive with its answer): whether
+:func:`_dispatches_directly`."""
+
+
+def _dispatches_directly(agent: Agent[Any, Any]) -> bool:
+    """Whether a tool call of ``agent`` can go to the framework's ``ToolManager``
+    without a run and behave as in one: every toolset a ``FunctionToolset``
+    (entering them does nothing), a ``Model`` instance, no instrumentation, and
+    no capability with a run-level hook (``ToolSearch``'s wrapper toolset only
+    narrows what the model is offered, and passes calls through)."""
+    known = _DIRECT.get(id(agent))
+    if known is not None and known[0] is agent:
+        return known[1]
+    from pydantic_ai.capabilities import ToolSearch
+
+    def plain(capability: AbstractCapability[Any]) -> bool:
+        kind = type(capability)
+        overridden = {
+            hook
+            for hook in _RUN_LEVEL_HOOKS
+            if getattr(kind, hook) is not getattr(AbstractCapability, hook)
+        }
+        if kind is ToolSearch:
+            overridden.discard("get_wrapper_toolset")
+        return not overridden
+
+    direct = (
+        isinstance(agent.model, Model)
+        and not agent.instrument
+        and all(isinstance(toolset, FunctionToolset) for toolset in agent.toolsets)
+        and all(plain(capability) for capability in agent.root_capability.capabilities)
+    )
+    _DIRECT[id(agent)] = (agent, direct)
+    return direct
+
+
+async def _dispatch(
+    agent: Agent[Any, Any],
+    call: pai.ToolCallPart,
+    history: list[pai.ModelMessage],
+    approval: bool,
+    deps: Any,
+    run_id: str,
+) -> list[Any]:
+    """The parts a run's tool dispatch would build for ``call``, from the
+    framework's ``ToolManager`` with the agent's capabilities (its tool hooks)."""
+    model = agent.model
+    assert isinstance(model, Model)
+    retries = agent._resolve_tool_retries()  # the run's tool-retry budget, as a run resolves it
+    ctx: RunContext[Any] = RunContext(
+        deps=deps,
+        model=model,
+        usage=RunUsage(),
+        prompt=None,
+        messages=history,
+        run_id=run_id,
+        agent=agent,
+        root_capability=agent.root_capability,
+        max_retries=retries,
+    )
+    toolset: CombinedToolset[Any] = CombinedToolset(agent.toolsets)
+    async with toolset:
+        manager = await ToolManager[Any](
+            toolset, root_capability=agent.root_capability, default_max_retries=retries
+        ).for_run_step(ctx)
+        try:
+            result = await manager.handle_call(call, approved=approval)
+        except ToolRetryError as retry:
+            return [tool_bound_retry_part(retry)]
+        except ToolFailedError as failed:
+            return [failed.tool_failed]
+        except (CallDeferred, ApprovalRequired):
+            raise ToolExecutionError(_SELF_DEFERRED) from None
+    tool_def = manager.get_tool_def(call.tool_name)
+    part, user_content, _ = build_tool_return_part(
+        result, call=call, tool_kind=tool_def.tool_kind if tool_def else None
+    )
+    return [part] if user_content is None else [part, pai.UserPromptPart(user_content)]
+
+
+_SELF_DEFERRED = (
+    "the tool deferred its own call (CallDeferred or ApprovalRequired), which a tool "
+    "Step cannot do: the session already ran it as a deferred call"
+)
+
+
 async def _drive_to_result(
     agent: Agent[Any, Any],
     history: list[pai.ModelMessage],
@@ -268,10 +382,7 @@ async def _drive_to_result(
                 node = await run.next(node)
         except ToolStepsRequested:
             pass
-    raise ToolExecutionError(
-        "the tool deferred its own call (CallDeferred or ApprovalRequired), which a tool "
-        "Step cannot do: the session already ran it as a deferred call"
-    )
+    raise ToolExecutionError(_SELF_DEFERRED)
 
 
 @dataclass

@@ -40,6 +40,7 @@ EXPORTS: dict[str, list[str]] = {
     "dex_agents_ray.session": [
         "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
         "OUTCOME_UNKNOWN_TEXT",
+        "OUTCOME_UNKNOWN_TOOL_RESULT",
         "AGENT_EVENTS_STREAM_NAME",
         "AGENT_MESSAGES",
         "AGENT_MESSAGE_CHUNKS",

@@ -72,6 +72,7 @@ from dex_agents_ray.session._policy import (
 )
 from dex_agents_ray.session._runner import (
     OUTCOME_UNKNOWN_TEXT,
+    OUTCOME_UNKNOWN_TOOL_RESULT,
     PLANNING_TURN_CALL_REJECTED,
     AgentEventWriter,
     AgentFrameworkRunner,
@@ -192,6 +193,7 @@ from dex_agents_ray.session_graph import session_flow_definition_document
 __all__ = [
     "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
     "OUTCOME_UNKNOWN_TEXT",
+    "OUTCOME_UNKNOWN_TOOL_RESULT",
     "AGENT_EVENTS_STREAM_NAME",
     "AGENT_MESSAGES",
     "AGENT_MESSAGE_CHUNKS",

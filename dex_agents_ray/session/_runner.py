@@ -69,6 +69,7 @@ __all__ = [
     "TurnCompleted",
     "TurnContinued",
     "UnfinishedTurnMessageBuilder",
+    "OUTCOME_UNKNOWN_TOOL_RESULT",
     "build_turn_failure_note",
     "describe_tool_call_outcome",
 ]
@@ -78,6 +79,9 @@ OUTCOME_UNKNOWN_TEXT = (
     "Check before calling it again."
 )
 """What the model sees for an ``outcome_unknown`` call, before the error detail."""
+OUTCOME_UNKNOWN_TOOL_RESULT = OUTCOME_UNKNOWN_TEXT
+"""The spec's name for the text a model reads for a call whose outcome is unknown
+(an MCP result with ``outcome: "unknown"``, a connector's uncertain call)."""
 REJECTED_TEXT = "The user rejected this tool call."
 """What the model sees for a rejected approval without a message."""
 DECLINED_TEXT = "The user declined to answer."

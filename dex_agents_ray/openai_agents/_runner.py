@@ -326,7 +326,7 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
                 result = await _streamed(turn, graph.agent(start_name), run_state, config)
             else:
                 agent = graph.agent(start_name).clone(input_guardrails=[])
-                items = self._with_outputs(turn, listing, state["items"])
+                items = self._with_outputs(turn, listing, _state_items(turn, state))
                 result = await _streamed(
                     turn, agent, items, config, context, max_turns=DEFAULT_MAX_TURNS - turns
                 )
@@ -359,8 +359,13 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
             else:
                 envelope["kind"] = "items"
                 envelope["start"] = last.name
-                envelope["items"] = jsonable(result.to_input_list())
                 envelope["turns"] = turns + result.current_turn
+                if state is None or "items" not in state:
+                    # The run's input was the stored history: it is rebuilt from the
+                    # store (unchanged until the turn ends), the state keeps ``new``.
+                    envelope["from_history"] = True
+                else:
+                    envelope["items"] = jsonable(result.to_input_list())
             calls = await self._deferred_calls(turn, result, listing)
             return ToolCallsRequested(
                 framework_run_state=json.dumps(envelope, separators=(",", ":")),
@@ -585,6 +590,14 @@ async def _streamed(
         elif kind in _REASONING_DELTAS:
             turn.events.write_reasoning_delta(str(data.delta))
     return streamed
+
+
+def _state_items(turn: AgentTurnContext, state: Mapping[str, Any]) -> list[Any]:
+    """The input items an ``"items"`` run state goes on from: its own, or the
+    turn's stored history followed by the turn's new items (``from_history``)."""
+    if state.get("from_history"):
+        return [*rebuild_history(turn).items, *state["new"]]
+    return list(state["items"])
 
 
 def _resumes_from_items(agent: Agent[Any], config: RunConfig) -> bool:

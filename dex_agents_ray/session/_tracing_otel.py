@@ -28,7 +28,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from dex_agents_ray.session._tracing_options import AgentTracingOptions
+from dex_agents_ray.session._tracing_options import AgentTracingOptions, span_relay_address
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 
@@ -97,7 +97,6 @@ def _provider_key(factory: Any) -> Any:
 
 def _factory_provider(factory: Any) -> Any:
     """The provider ``factory`` made in this process (made once, flushed at exit)."""
-    global _atexit_registered
     key = _provider_key(factory)
     with _lock:
         provider = _providers.get(key)
@@ -106,6 +105,37 @@ def _factory_provider(factory: Any) -> Any:
     made = factory()
     if not callable(getattr(made, "get_tracer", None)):
         raise TypeError(f"tracer_provider_factory returned a {type(made).__name__}")
+    return _keep_provider(key, made)
+
+
+def _relayed_provider(options: AgentTracingOptions) -> Any:
+    """For a pickled copy of options that named no factory: the provider relaying
+    to the process that built them (made once per process and relay, flushed at
+    exit); ``None``: this process's global provider."""
+    address = span_relay_address(options)
+    if address is None:
+        return None
+    key = ("relay", address.actor_name)
+    with _lock:
+        provider = _providers.get(key)
+    if provider is not None:
+        return provider
+    try:
+        from dex_agents_ray.session._tracing_relay import relayed_provider
+    except ImportError:
+        logger.warning(
+            "tracing: opentelemetry-sdk is not installed in this process, so its spans "
+            "cannot be relayed to the tracer provider of %s; it uses its global provider",
+            address.origin,
+            exc_info=True,
+        )
+        return None
+    made = relayed_provider(address)
+    return None if made is None else _keep_provider(key, made)
+
+
+def _keep_provider(key: Any, made: Any) -> Any:
+    global _atexit_registered
     with _lock:
         provider = _providers.setdefault(key, made)
         if not _atexit_registered:
@@ -141,6 +171,8 @@ class OtelTracer:
         provider = options.tracer_provider
         if provider is None and options.tracer_provider_factory is not None:
             provider = _factory_provider(options.tracer_provider_factory)
+        if provider is None:
+            provider = _relayed_provider(options)
         self._uses_global = provider is None
         if provider is None:
             self._tracer = trace.get_tracer(

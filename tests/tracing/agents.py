@@ -122,8 +122,10 @@ def build_flow(
     inline_probe: bool = False,
     compaction_window: int | None = None,
     tools_as_tasks: bool = False,
+    tracing: AgentTracingOptions | None = None,
 ) -> AgentSessionFlow:
-    """The agent's Flow, its tracing set the spec's way (``dataclasses.replace``)."""
+    """The agent's Flow, its tracing set the spec's way (``dataclasses.replace``):
+    ``tracing`` as given, or from the other arguments with a provider factory."""
     agent = AgentDefinition(
         name="support",
         instructions="You help customers with their orders.",
@@ -133,7 +135,7 @@ def build_flow(
         if compaction_window is None
         else CompactionPolicy(context_window_tokens=compaction_window),
     )
-    tracing = AgentTracingOptions(
+    tracing = tracing or AgentTracingOptions(
         is_enabled=enabled,
         agent_name=AGENT_NAME,
         should_capture_message_content=capture,

@@ -17,6 +17,11 @@ def _value(any_value: Any) -> Any:
     return getattr(any_value, kind) if kind else None
 
 
+def _name(enum: Any, value: int, prefix: str) -> str:
+    """A protobuf enum value by the SDK's name (``SPAN_KIND_CLIENT``: ``CLIENT``)."""
+    return str(enum.Name(value)).removeprefix(prefix)
+
+
 class OtlpReceiver:
     """Serves on a free loopback port until ``close``; ``spans`` lists what arrived."""
 
@@ -64,14 +69,22 @@ class OtlpReceiver:
                     spans.append(
                         {
                             "name": span.name,
+                            "kind": _name(span.SpanKind, span.kind, "SPAN_KIND_"),
                             "trace_id": span.trace_id.hex(),
                             "span_id": span.span_id.hex(),
                             "parent_span_id": span.parent_span_id.hex() or None,
+                            "links": [(k.trace_id.hex(), k.span_id.hex()) for k in span.links],
                             "attributes": {a.key: _value(a.value) for a in span.attributes},
+                            "status": _name(
+                                span.status.StatusCode, span.status.code, "STATUS_CODE_"
+                            ),
+                            "events": [event.name for event in span.events],
                             "scope": scope_spans.scope.name,
                             "schema_url": scope_spans.schema_url,
+                            "resource": resource,
                             "pid": resource.get("process.pid"),
                             "start": span.start_time_unix_nano,
+                            "end": span.end_time_unix_nano,
                         }
                     )
         with self._lock:

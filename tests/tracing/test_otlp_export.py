@@ -4,7 +4,6 @@ cleanly flushes what its batch processor still held."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,15 +15,6 @@ from tests.session.polling import eventually, snapshot_when, turn_done
 from tests.tracing.agents import build_flow
 from tests.tracing.otlp_receiver import OtlpFactory, OtlpReceiver
 from tests.tracing.test_session_spans import counts, named, of_session
-
-
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    server = OtlpReceiver()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 async def _spans(receiver: OtlpReceiver, session_id: str, **wanted: int) -> list[dict[str, Any]]:

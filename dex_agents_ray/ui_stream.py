@@ -4,7 +4,8 @@ after a reconnect (the spec's "Browser streams"). No web framework is needed.
 An application mounts two endpoints: the **snapshot**
 (``read_agent_event_stream_snapshot(...).to_json()``: the session's snapshot in
 the wire format plus the resume token to open the event stream from; while a
-turn is active the token replays that turn's events) and the **events**
+turn is active the token replays that turn's events, and a turn that starts
+while the two are read is replayed, never lost) and the **events**
 (``stream_agent_event_frames``: Server-Sent Event frames whose ``id`` is the
 event's resume token and whose ``data`` is the ``AgentEvent`` wire JSON with
 ``payload`` as JSON text; ``KEEP_ALIVE_FRAME`` after each empty long poll).
@@ -122,9 +123,17 @@ def agent_event_frame(resume_token: str, event: AgentEvent) -> str:
 async def read_agent_event_stream_snapshot(
     client: Any, flow: AgentSessionFlow, session_id: str
 ) -> AgentEventStreamSnapshot:
-    """The snapshot and the resume token (see the module docstring)."""
+    """The snapshot and the resume token (see the module docstring).
+
+    The token is consistent with the snapshot: the Stream's position is read
+    first, the snapshot at or after it, and the token never lies past that
+    position unless the snapshot shows the events up to it. So a turn that
+    starts while the two are read is replayed from its ``turn_started``, never
+    lost.
+    """
+    position = _newest_token(await client.list_stream_messages(session_id, flow.agent_events, 1))
     snapshot: AgentSnapshot = await client.invoke_rpc(flow.get_agent_snapshot, session_id)
-    finder = _TokenFinder(snapshot)
+    finder = _TokenFinder(snapshot, position)
     page_token = ""
     while not finder.done:
         page = await client.list_stream_messages(session_id, flow.agent_events, 100, page_token)
@@ -133,28 +142,60 @@ async def read_agent_event_stream_snapshot(
     return AgentEventStreamSnapshot(snapshot, finder.token)
 
 
-class _TokenFinder:
-    """Reads the Stream newest first: with no active turn the token is the newest
-    event's; with one, the token of the event just before the turn's
-    ``turn_started`` (``""`` when that is the oldest the Stream keeps)."""
+def _newest_token(page: Any) -> str:
+    """The token of a one-message page's message: where the Stream ends now."""
+    return str(page.messages[0].resume_token) if page.messages else ""
 
-    def __init__(self, snapshot: AgentSnapshot) -> None:
+
+class _TokenFinder:
+    """Finds the token by reading the Stream newest first, given ``position``: its
+    newest token when the read began, taken before the snapshot.
+
+    With an active turn the token is the one of the event just before that turn's
+    ``turn_started`` (``""`` when that is the oldest the Stream keeps). With none,
+    it is ``position``: events after it may belong to a turn that started after
+    the snapshot was read, and the browser must get them. ``position`` itself is
+    passed over while it belongs to a turn the snapshot does not know yet (its
+    events stored before its start committed), so such a turn is replayed whole.
+    A snapshot that already shows what came after ``position`` (a turn that ended
+    meanwhile) costs the browser a few repeated events and a snapshot reload
+    after ``turn_completed``, never a missing event.
+    """
+
+    def __init__(self, snapshot: AgentSnapshot, position: str) -> None:
         state = snapshot.state
         self._active = state.active_turn_id if state is not None else None
+        self._turns = state.turn_count if state is not None else 0
+        self._position = position
+        self._reached = not position
         self.token = ""
-        self.done = False
+        self.done = self._active is None and not position  # an empty Stream: from its start
         self._next_is_it = False
 
     def feed(self, newest_first: list[Any], *, last_page: bool) -> None:
         for message in newest_first:
-            if self._active is None or self._next_is_it:
+            if self._active is not None:
+                if self._next_is_it:
+                    self.token, self.done = message.resume_token, True
+                    return
+                event = message.value
+                if event.type is AgentEventType.TURN_STARTED and event.turn_id == self._active:
+                    self._next_is_it = True
+                continue
+            self._reached = self._reached or message.resume_token == self._position
+            if self._reached and self._known(message.value.turn_id):
                 self.token, self.done = message.resume_token, True
                 return
-            event = message.value
-            if event.type is AgentEventType.TURN_STARTED and event.turn_id == self._active:
-                self._next_is_it = True
         if last_page:
             self.done = True  # nothing older: replay from the start ("")
+
+    def _known(self, turn_id: str | None) -> bool:
+        """Whether the snapshot knows turn ``turn_id`` (``turn-<n>``): started at most
+        ``turn_count`` turns; an event of no turn is known."""
+        if turn_id is None:
+            return True
+        number = turn_id.removeprefix("turn-")
+        return not number.isdigit() or int(number) <= self._turns
 
 
 async def stream_agent_event_frames(
@@ -207,8 +248,9 @@ def read_agent_event_stream_snapshot_sync(
     client: Any, flow: AgentSessionFlow, session_id: str
 ) -> AgentEventStreamSnapshot:
     """``read_agent_event_stream_snapshot`` over a ``SyncEngineClient``."""
+    position = _newest_token(client.list_stream_messages(session_id, flow.agent_events, 1))
     snapshot: AgentSnapshot = client.invoke_rpc(flow.get_agent_snapshot, session_id)
-    finder = _TokenFinder(snapshot)
+    finder = _TokenFinder(snapshot, position)
     page_token = ""
     while not finder.done:
         page = client.list_stream_messages(session_id, flow.agent_events, 100, page_token)

@@ -36,6 +36,7 @@ EXPORTS: dict[str, list[str]] = {
         "SyncEngineClient",
         "effect_free",
         "on_clean_exit",
+        "taken_channel_messages",
     ],
     "dex_agents_ray.session": [
         "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
@@ -256,15 +257,18 @@ EXPORTS: dict[str, list[str]] = {
     "dex_agents_ray.testing": [
         "EXECUTE_COMPLETED_EVENT",
         "AgentTestStack",
+        "AgentWorker",
         "ContextWindowScenarioResult",
         "ContextWindowSessionScenario",
         "FileGate",
         "InvocationLog",
         "ScriptedModelClient",
+        "StepHistoryEntry",
         "gate_before_ack_env",
         "kill_flow_actor",
         "kill_process",
         "read_step_history",
+        "run_agent_worker",
         "wait_for_agent_snapshot",
         "wait_until",
     ],
@@ -315,3 +319,33 @@ def test_exports_are_pinned(module: str) -> None:
     assert list(package.__all__) == EXPORTS[module]
     for name in package.__all__:
         assert hasattr(package, name), f"{module}.{name} is exported but missing"
+
+
+ROOT_IMAGE_NAMES = [
+    "MAX_IMAGES_PER_MESSAGE",
+    "MAX_IMAGE_BYTES",
+    "MAX_IMAGE_URI_LENGTH",
+    "AgentImageReference",
+    "ImageValidationError",
+    "InMemoryMediaStore",
+    "LocalDirectoryMediaStore",
+    "MediaStore",
+    "MediaStoreError",
+    "build_image_reference",
+    "collect_turn_images",
+    "load_images",
+    "require_short_image_uris",
+    "require_store_image_reference",
+    "validate_image_reference",
+    "validate_image_references",
+    "verify_image_bytes",
+]
+"""The spec's image names, which its ``dex_agents`` exports at the root."""
+
+
+def test_the_root_exports_the_session_and_the_specs_image_names() -> None:
+    root = importlib.import_module("dex_agents_ray")
+    media = importlib.import_module("dex_agents_ray.media")
+    assert list(root.__all__) == [*EXPORTS["dex_agents_ray.session"], *ROOT_IMAGE_NAMES]
+    for name in ROOT_IMAGE_NAMES:
+        assert getattr(root, name) is getattr(media, name)

@@ -9,6 +9,8 @@ runner contract itself.
 
 from __future__ import annotations
 
+import json
+
 from dex_agents_ray.builtin_loop._framework_router import FrameworkToolSourceRouter
 from dex_agents_ray.builtin_loop._travel import FrameworkTraveller
 from dex_agents_ray.session import (
@@ -19,6 +21,7 @@ from dex_agents_ray.session import (
     ToolTaskPoll,
     ToolTaskPollOutcome,
     estimate_stored_input_tokens,
+    estimate_text_tokens,
     select_turn_boundary_cutoff,
 )
 
@@ -59,10 +62,17 @@ class FrameworkRunnerBase:
             return None
 
     async def estimate_input_tokens(self, turn: AgentTurnContext) -> int:
-        """``estimate_stored_input_tokens`` of the stored history (the policy's
-        ``reserved_input_tokens`` covers what the framework adds: instructions,
-        tool definitions)."""
-        return estimate_stored_input_tokens(turn)
+        """``estimate_stored_input_tokens`` of the stored history plus the tool
+        sources' definitions (each source's ``cached_tools()``, else its last
+        listing: no I/O), which can be many; the policy's ``reserved_input_tokens``
+        covers what the framework adds itself (instructions, its own tools)."""
+        sources = sum(
+            estimate_text_tokens(
+                definition.name + definition.description + json.dumps(definition.parameters_schema)
+            )
+            for definition in self._router.cached_tool_definitions()
+        )
+        return estimate_stored_input_tokens(turn, fixed_input_tokens=sources)
 
     def select_compaction_cutoff(
         self, turn: AgentTurnContext, retained_token_budget: int

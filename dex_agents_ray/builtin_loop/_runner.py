@@ -129,6 +129,23 @@ class _Offer:
     tool_choice: ToolChoice = ToolChoice.AUTO
 
 
+def _built_in_definitions(turn: AgentTurnContext) -> list[ModelToolDefinition]:
+    """The turn's enabled built-in tools as model tool definitions."""
+    return [
+        ModelToolDefinition(
+            name=definition.name.value,
+            description=definition.description,
+            parameters_schema=definition.parameters_schema,
+        )
+        for definition in built_in_tool_definitions(turn.enabled_built_in_tools)
+    ]
+
+
+def _planning_tools(built_ins: list[ModelToolDefinition]) -> list[ModelToolDefinition]:
+    """A planning turn offers only ``write_todos``."""
+    return [tool for tool in built_ins if tool.name == BuiltInTool.WRITE_TODOS]
+
+
 def _agent_usage(usage: ModelUsage, model_calls: int = 1) -> AgentUsage:
     return AgentUsage(
         input_tokens=usage.input_tokens,
@@ -216,20 +233,20 @@ class BuiltinLoopAgentRunner:
 
     async def estimate_input_tokens(self, turn: AgentTurnContext) -> int:
         """The model client's estimate of the turn's next request: the instructions,
-        the summary and plan notes, every stored item and the function and
-        built-in tool definitions (source tools are not listed for it)."""
+        the summary and plan notes, every stored item and the tools it offers.
+        Tool sources are not listed for it (no I/O): each counts its
+        ``cached_tools()``, or else the runner's last listing of it."""
         transcript = build_transcript(turn)
-        built_ins = [
-            ModelToolDefinition(
-                name=d.name.value, description=d.description, parameters_schema=d.parameters_schema
-            )
-            for d in built_in_tool_definitions(turn.enabled_built_in_tools)
-        ]
-        functions = [tool.definition() for tool in self._function_tools.values()]
+        if turn.interaction_mode is InteractionMode.PLANNING:
+            tools = _planning_tools(_built_in_definitions(turn))
+        else:
+            functions = [tool.definition() for tool in self._function_tools.values()]
+            sources = self._router.cached_tool_definitions()
+            tools = functions + sources + _built_in_definitions(turn)
         request = ModelRequest(
             instructions=await self._instructions(turn),
             input=without_images(_model_input(turn, transcript)),
-            tools=functions + built_ins,
+            tools=tools,
             settings=self.definition.model_settings,
         )
         estimate = self._model(turn).estimate_input_tokens(request)
@@ -248,12 +265,24 @@ class BuiltinLoopAgentRunner:
     async def summarize_context(self, request: ContextSummaryRequest) -> ContextSummaryResult:
         """One summary call: ``CONTEXT_SUMMARY_INSTRUCTIONS``, no tools, the previous
         summary and the messages as one prompt that fits the budget (less the
-        definition's ``max_output_tokens``)."""
+        definition's ``max_output_tokens`` and the instructions, so the whole
+        request and its answer fit the window)."""
         settings = self.definition.model_settings
-        budget = request.input_token_budget - (settings.max_output_tokens or 0)
-        prompt = build_context_summary_prompt(
-            dataclasses.replace(request, input_token_budget=max(budget, 1))
+        budget = (
+            request.input_token_budget
+            - (settings.max_output_tokens or 0)
+            - estimate_text_tokens(CONTEXT_SUMMARY_INSTRUCTIONS + "\n")
         )
+        try:
+            prompt = build_context_summary_prompt(
+                dataclasses.replace(request, input_token_budget=max(budget, 1))
+            )
+        except ValueError as error:
+            raise ValueError(
+                f"a context window of {request.input_token_budget} tokens leaves {budget} "
+                "for the summary prompt after max_output_tokens and the summary "
+                f"instructions: {error}"
+            ) from error
         model = self._model_for(request.session_settings)
         summary_request = ModelRequest(
             instructions=CONTEXT_SUMMARY_INSTRUCTIONS,
@@ -377,16 +406,9 @@ class BuiltinLoopAgentRunner:
     async def _offer(self, turn: AgentTurnContext, state: _RunState, limit_reached: bool) -> _Offer:
         if limit_reached:
             return _Offer(tools=[], listing=SourceToolListing())
-        built_ins = [
-            ModelToolDefinition(
-                name=definition.name.value,
-                description=definition.description,
-                parameters_schema=definition.parameters_schema,
-            )
-            for definition in built_in_tool_definitions(turn.enabled_built_in_tools)
-        ]
+        built_ins = _built_in_definitions(turn)
         if turn.interaction_mode is InteractionMode.PLANNING:
-            todos = [tool for tool in built_ins if tool.name == BuiltInTool.WRITE_TODOS]
+            todos = _planning_tools(built_ins)
             forced = (
                 bool(todos)
                 and self.definition.planning_tool_choice == "required"

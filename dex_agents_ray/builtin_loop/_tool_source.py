@@ -311,6 +311,11 @@ class ToolSourceRouter:
                 cached.extend(self._last_listings.get(name, ()))
         return cached
 
+    def cached_tool_definitions(self) -> list[ModelToolDefinition]:
+        """``cached_tools()`` as model tool definitions: what the synchronous token
+        estimate counts for the sources, so many listed tools compact in time."""
+        return [_definition(tool) for tool in self.cached_tools()]
+
     def deferred_tool_call(
         self,
         turn: AgentTurnContext,

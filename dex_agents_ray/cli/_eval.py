@@ -5,7 +5,7 @@
     dex-agents-ray eval compare evals/nightly-0 evals/nightly-1
     dex-agents-ray eval status|pause|resume|cancel RUN_ID --address ADDRESS
 
-Exit status: 0; 1 when a case failed (``eval``) or a case regressed
+Exit status: 0; 1 when a case failed (``eval``) or a case both runs have regressed
 (``compare``); 2 for bad input, which changes nothing.
 """
 
@@ -265,7 +265,6 @@ def _compare(argv: Sequence[str]) -> int:
     except (OSError, ValueError) as error:
         print(f"dex-agents-ray eval compare: {error}", file=sys.stderr)
         return 2
-    a, b = comparison.before.summary(), comparison.after.summary()
     for change in comparison.changes:
         if args.json:
             print(
@@ -276,10 +275,17 @@ def _compare(argv: Sequence[str]) -> int:
         else:
             print(f"{change.change:10} {change.case_id}: {change.detail}")
     print(
-        f"pass rate {a['pass_rate']} -> {b['pass_rate']}; "
-        f"{len(comparison.regressions)} regressed, {len(comparison.improvements)} improved"
+        f"pass rate {_rate(comparison.pass_rate_before)} -> "
+        f"{_rate(comparison.pass_rate_after)} over the "
+        f"{len(comparison.shared_case_ids)} shared cases; "
+        f"{len(comparison.regressions)} regressed, {len(comparison.improvements)} improved; "
+        f"{len(comparison.added)} added, {len(comparison.removed)} removed"
     )
     return 1 if comparison.regressions else 0
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _control(command: str, argv: Sequence[str]) -> int:

@@ -21,7 +21,9 @@ Errors::
     └── RetryError                  a connector asks to run again later (a Step failure)
 
 A call records ``failed`` through ``ToolExecutionError`` and ``outcome_unknown``
-through ``ToolOutcomeUnknownError``, the session's own control-flow errors.
+through ``ToolOutcomeUnknownError``, the session's own control-flow errors; for
+an ``outcome_unknown`` branch the model reads exactly
+``OUTCOME_UNKNOWN_TOOL_RESULT`` (re-exported here from ``dex_agents_ray.session``).
 """
 
 from dex_agents_ray.connectors._calls import derive_call_id
@@ -66,6 +68,7 @@ from dex_agents_ray.connectors._tool import (
     ConnectorTool,
     connector_tool,
 )
+from dex_agents_ray.session import OUTCOME_UNKNOWN_TOOL_RESULT
 
 __all__ = [
     "CONNECTOR_NOT_SENT_RETRY_LATER",
@@ -76,6 +79,7 @@ __all__ = [
     "FENCE_MARKER_VERSION",
     "MANIFEST_FILE_NAME",
     "MAX_CONNECTOR_ATTEMPTS",
+    "OUTCOME_UNKNOWN_TOOL_RESULT",
     "UNCERTAIN_BRANCH",
     "ApprovalPredicate",
     "Call",

@@ -85,7 +85,8 @@ async def run_connector_call(
         ToolExecutionError: The arguments break the schema or do not decode, a
             branch records ``failed``, or a single-attempt write's fence proves a
             retry-later request was never sent.
-        ToolOutcomeUnknownError: A branch records ``outcome_unknown``.
+        ToolOutcomeUnknownError: A branch records ``outcome_unknown`` (the model reads
+            ``OUTCOME_UNKNOWN_TOOL_RESULT``; the branch's text is the record's ``error``).
         RetryAfterError: The connector asked to retry after a delay (a Step failure).
         Exception: The operation's own failures (Step failures) and ``RetryError``.
     """
@@ -122,4 +123,6 @@ async def run_connector_call(
     text = branch_message(tool.entry, branch, kind, message)
     if status is AgentToolCallStatus.FAILED:
         raise ToolExecutionError(text)
-    raise ToolOutcomeUnknownError(text)
+    # Every outcome-unknown row of the branch table: the model reads exactly
+    # OUTCOME_UNKNOWN_TOOL_RESULT, and the branch's text goes to the record's error.
+    raise ToolOutcomeUnknownError(text, show_detail=False)

@@ -1,27 +1,50 @@
 """A Connector package's ``dex-connector.json``: reading it, and the rules an
 operation's entry must meet before it becomes a tool.
 
-The manifest is package data of the Connector package, next to its
-``__init__.py``::
+The manifest is the JSON form of the ``connectors.dex.dev/v1alpha1`` Connector
+manifest that connectorctl generates a package from, shipped as package data
+next to the package's ``__init__.py``. The source reads ``metadata.name`` (the
+connector ID) and, for each operation in ``spec.operations``, the fields below;
+the rest of the manifest (auth, configuration, triggers, codegen) is the
+Connector SDK's business and passes unread. The ``agent`` and ``inputSchema``
+fields are the ones the spec adds for agents::
 
     {
-      "manifestVersion": 1,
-      "connectorId": "stripe",
-      "operations": {
-        "createRefund": {
-          "kind": "mutation",
-          "description": "Refund a charge.",
-          "inputType": "CreateRefundInput",
-          "inputSchema": {"type": "object", "properties": {...}},
-          "branches": {"required": ["refunded"], "optional": ["cardDeclined"]},
-          "agent": {"exposed": true, "approval": "recommended", "retry": "safe",
-                    "branches": {"cardDeclined": "rejected"}}
-        }
+      "apiVersion": "connectors.dex.dev/v1alpha1",
+      "kind": "Connector",
+      "metadata": {"name": "stripe", ...},
+      "spec": {
+        "operations": [
+          {
+            "name": "createRefund",
+            "kind": "mutation",
+            "description": "Refund a charge.",
+            "inputType": "CreateRefundInput",
+            "idempotency": "required",
+            "branches": [
+              {"id": "refunded"},
+              {"id": "cardDeclined", "optional": true},
+              {"id": "uncertain", "optional": true},
+              {"id": "defect", "optional": true}
+            ],
+            "execution": {
+              "executeMethodTimeout": "30s",
+              "heartbeatTimeout": "10s",
+              "retry": {"initialInterval": "1s", "backoffCoefficient": 2,
+                        "maximumInterval": "30s", "maximumAttempts": 5,
+                        "totalDuration": "2m"}
+            },
+            "inputSchema": {"type": "object", "properties": {...}},
+            "agent": {"exposed": true, "approval": "recommended", "retry": "safe",
+                      "branches": {"cardDeclined": "rejected"}}
+          }
+        ]
       }
     }
 
-Every operation also has the Connector SDK's ``defect`` branch (required) and
-may select ``uncertain``; neither needs listing.
+A branch without ``optional: true`` is a success branch (the spec's "required
+(success) branch"); ``defect`` must be declared and ``uncertain`` may be (a
+Mutation's only), and neither is ever a success branch.
 """
 
 from __future__ import annotations
@@ -33,12 +56,17 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from dex import RetryPolicy
+
+from dex_agents_ray.connectors._durations import parse_go_duration
 from dex_agents_ray.session import ToolEffect
 
 __all__ = [
+    "API_VERSION",
     "DEFECT_BRANCH",
     "MANIFEST_FILE_NAME",
     "UNCERTAIN_BRANCH",
@@ -50,16 +78,20 @@ __all__ = [
     "connector_snake_case",
     "find_manifest_package",
     "load_manifest",
+    "manifest_connector_id",
     "operation_entry",
 ]
 
 MANIFEST_FILE_NAME = "dex-connector.json"
 """The manifest's file name inside the Connector package."""
-_CONNECTOR_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-MANIFEST_VERSION = 1
-"""The newest ``manifestVersion`` this source reads."""
+API_VERSION = "connectors.dex.dev/v1alpha1"
+"""The manifest ``apiVersion`` this source reads (the only one published)."""
+_API_GROUP = "connectors.dex.dev/"
+_CONNECTOR_ID = re.compile(r"[a-z][a-z0-9-]{1,62}")
+_OPERATION_NAME = re.compile(r"[a-z][A-Za-z0-9]+")
+_BRANCH_ID = re.compile(r"[a-z][A-Za-z0-9]+")
 DEFECT_BRANCH = "defect"
-"""The Connector SDK's branch for a failed attempt; every operation has it."""
+"""The Connector SDK's branch for a failed attempt; every operation declares it."""
 UNCERTAIN_BRANCH = "uncertain"
 """The Connector SDK's branch for an attempt whose outcome it cannot tell."""
 
@@ -69,14 +101,14 @@ class ConnectorManifestError(ValueError):
 
 
 class OperationKind(StrEnum):
-    """Whether an operation reads or writes."""
+    """Whether an operation reads or writes (the manifest's ``kind``)."""
 
     QUERY = "query"
     MUTATION = "mutation"
 
 
 class ListedBranch(StrEnum):
-    """How ``agent.branches`` lists an optional branch."""
+    """How ``agent.branches`` lists a branch that is not a success branch."""
 
     REJECTED = "rejected"
     """The provider refused the call: ``failed``, which the model reads."""
@@ -89,34 +121,50 @@ class ConnectorOperationEntry:
     """One operation's entry in a manifest, checked."""
 
     connector_id: str
-    """The manifest's ``connectorId``."""
+    """The manifest's ``metadata.name``."""
     operation_name: str
-    """The entry's key (``createRefund``)."""
+    """The operation's ``name`` (``createRefund``)."""
     kind: OperationKind
-    """Query or Mutation."""
+    """Query or Mutation: the manifest's ``kind``."""
     description: str
-    """For the model; empty when the entry has none."""
+    """For the model."""
     input_type: str
     """The name of the type the arguments decode into."""
     input_schema: Mapping[str, Any]
     """The arguments' JSON Schema, in the subset :func:`check_input_schema` allows."""
     required_branches: frozenset[str]
-    """The success branches, with ``defect``."""
+    """The branches without ``optional: true``: the success branches, with ``defect``
+    or ``uncertain`` when declared so (neither is ever a success branch)."""
     optional_branches: frozenset[str]
-    """The other declared branches."""
+    """The branches with ``optional: true``."""
     listed_branches: Mapping[str, ListedBranch] = field(default_factory=dict)
-    """``agent.branches``: optional branches the source maps; empty for none."""
+    """``agent.branches``: branches the source maps; empty for none."""
     exposed: bool = False
     """``agent.exposed``."""
     approval_recommended: bool = False
     """``agent.approval: recommended``."""
     retry_safe: bool = False
     """``agent.retry: safe``: the provider deduplicates by the idempotency key."""
+    idempotency_required: bool = False
+    """``idempotency: required``, as every Mutation declares; ``False`` for ``none``."""
+    execute_method_timeout: timedelta | None = None
+    """``execution.executeMethodTimeout``: each attempt's timeout; ``None`` only on an
+    entry built by hand, and keeps the session's."""
+    heartbeat_timeout: timedelta | None = None
+    """``execution.heartbeatTimeout``; ``None`` when the manifest gives none."""
+    retry_policy: RetryPolicy | None = None
+    """``execution.retry`` as the manifest declares it (``maximumAttempts`` not yet
+    capped); ``None`` only on an entry built by hand."""
 
     @property
     def is_mutation(self) -> bool:
         """Whether the operation writes."""
         return self.kind is OperationKind.MUTATION
+
+    @property
+    def success_branches(self) -> frozenset[str]:
+        """The branches that record ``succeeded``."""
+        return self.required_branches - {DEFECT_BRANCH, UNCERTAIN_BRANCH}
 
     @property
     def effect(self) -> ToolEffect:
@@ -152,11 +200,16 @@ def find_manifest_package(module_name: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def load_manifest(package: str) -> Mapping[str, Any]:
-    """The parsed manifest of Connector package ``package`` (cached per process).
+    """The parsed manifest of Connector package ``package`` (cached per process; a
+    refused one is not cached).
+
+    Only the parts every tool needs are checked here: ``apiVersion``, ``kind``,
+    ``metadata.name`` and ``spec.operations`` as a list of uniquely named
+    operations. An operation's own fields are checked when a tool is built from it.
 
     Raises:
-        ConnectorManifestError: It is missing, not JSON, of a newer version, or
-            lacks ``connectorId`` or ``operations``.
+        ConnectorManifestError: It is missing, not JSON, of another or newer
+            ``apiVersion``, or one of those parts is missing or malformed (named).
     """
     try:
         text = (importlib.resources.files(package) / MANIFEST_FILE_NAME).read_text("utf-8")
@@ -165,70 +218,116 @@ def load_manifest(package: str) -> Mapping[str, Any]:
         raise ConnectorManifestError(
             f"cannot read {MANIFEST_FILE_NAME} of {package}: {error}"
         ) from error
+    where = f"{package}'s {MANIFEST_FILE_NAME}"
     if not isinstance(data, dict):
-        raise ConnectorManifestError(f"{package}'s {MANIFEST_FILE_NAME} is not a JSON object")
-    version = data.get("manifestVersion", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ConnectorManifestError(f"{package}: manifestVersion must be a positive integer")
-    if version > MANIFEST_VERSION:
+        raise ConnectorManifestError(f"{where} is not a JSON object")
+    _check_api_version(data.get("apiVersion"), where)
+    if data.get("kind") != "Connector":
+        raise ConnectorManifestError(f"{where}: kind must be Connector, got {data.get('kind')!r}")
+    metadata = data.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not _CONNECTOR_ID.fullmatch(name):
         raise ConnectorManifestError(
-            f"{package}: manifestVersion {version} is newer than this source reads "
-            f"({MANIFEST_VERSION}); upgrade dex-agents-ray"
+            f"{where}: metadata.name must be the connector ID (lowercase letters, digits "
+            f"and -, 2 to 63 characters, starting with a letter), got {name!r}"
         )
-    connector_id = data.get("connectorId")
-    if not isinstance(connector_id, str) or not _CONNECTOR_ID.fullmatch(connector_id):
-        raise ConnectorManifestError(f"{package}: connectorId must be a plain identifier")
-    if not isinstance(data.get("operations"), dict):
-        raise ConnectorManifestError(f"{package}: operations must be an object")
+    spec = data.get("spec")
+    operations = spec.get("operations") if isinstance(spec, dict) else None
+    if not isinstance(operations, list) or not operations:
+        raise ConnectorManifestError(f"{where}: spec.operations must be a non-empty list")
+    seen: set[str] = set()
+    for index, operation in enumerate(operations):
+        op_name = operation.get("name") if isinstance(operation, dict) else None
+        if not isinstance(op_name, str) or not _OPERATION_NAME.fullmatch(op_name):
+            raise ConnectorManifestError(
+                f"{where}: spec.operations[{index}].name must be a lower camel case "
+                f"operation name, got {op_name!r}"
+            )
+        if op_name in seen:
+            raise ConnectorManifestError(f"{where}: two operations are named {op_name}")
+        seen.add(op_name)
     return data
+
+
+def _check_api_version(version: object, where: str) -> None:
+    if version == API_VERSION:
+        return
+    if isinstance(version, str) and version.startswith(_API_GROUP):
+        raise ConnectorManifestError(
+            f"{where}: apiVersion {version} is not one this source reads ({API_VERSION}); "
+            "a newer manifest needs a newer dex-agents-ray"
+        )
+    raise ConnectorManifestError(
+        f"{where}: apiVersion must be {API_VERSION}, got {version!r} (not a Connector manifest)"
+    )
+
+
+def manifest_connector_id(manifest: Mapping[str, Any]) -> str:
+    """The connector ID (``metadata.name``) of a manifest from :func:`load_manifest`."""
+    return str(manifest["metadata"]["name"])
 
 
 # -- an operation's entry --------------------------------------------------------------
 
+# The v1alpha1 operation's fields, and the two the spec adds for agents.
 _ENTRY_KEYS = frozenset(
-    {"kind", "description", "inputType", "inputSchema", "branches", "agent", "title"}
+    {
+        "name",
+        "goName",
+        "inputType",
+        "outputType",
+        "kind",
+        "description",
+        "idempotency",
+        "branches",
+        "progress",
+        "authorization",
+        "execution",
+        "agent",
+        "inputSchema",
+    }
 )
 _AGENT_KEYS = frozenset({"exposed", "approval", "retry", "branches"})
+_BRANCH_KEYS = frozenset({"id", "goName", "description", "optional"})
+_EXECUTION_KEYS = frozenset({"executeMethodTimeout", "heartbeatTimeout", "durability", "retry"})
+_RETRY_KEYS = frozenset(
+    {"initialInterval", "backoffCoefficient", "maximumInterval", "maximumAttempts", "totalDuration"}
+)
 
 
 def operation_entry(manifest: Mapping[str, Any], operation_name: str) -> ConnectorOperationEntry:
-    """The checked entry of ``operation_name``: exposed, with known ``agent`` values
-    and an ``inputSchema`` the source can check.
+    """The checked entry of ``operation_name``: exposed, with known ``agent`` values,
+    well-formed branches and execution, and an ``inputSchema`` the source can check.
 
     Raises:
-        ConnectorManifestError: The entry is missing or breaks a rule (named).
+        ConnectorManifestError: The entry is missing or breaks a rule (naming the
+            connector, the operation and the field).
     """
-    connector_id = str(manifest["connectorId"])
+    connector_id = manifest_connector_id(manifest)
     where = f"{connector_id} {operation_name}"
-    entry = manifest["operations"].get(operation_name)
-    if not isinstance(entry, dict):
+    entry = next(
+        (op for op in manifest["spec"]["operations"] if op.get("name") == operation_name), None
+    )
+    if entry is None:
         raise ConnectorManifestError(f"{where}: the manifest has no such operation")
     unknown = sorted(set(entry) - _ENTRY_KEYS)
     if unknown:
-        raise ConnectorManifestError(f"{where}: unknown operation keys {unknown}")
-    try:
-        kind = OperationKind(str(entry.get("kind")))
-    except ValueError:
-        raise ConnectorManifestError(f"{where}: kind must be query or mutation") from None
+        raise ConnectorManifestError(f"{where}: unknown operation fields {unknown}")
     agent = _agent(entry.get("agent"), where)
-    required, optional = _branches(entry.get("branches"), where)
-    listed = _listed_branches(agent.get("branches", {}), optional, kind, where)
+    kind = _kind(entry, where)
+    required, optional = _branches(entry.get("branches"), kind, where)
+    listed = _listed_branches(agent.get("branches", {}), required, optional, kind, where)
     schema = entry.get("inputSchema")
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise ConnectorManifestError(f"{where}: inputSchema must be an object schema")
     check_input_schema(schema, where)
-    input_type = entry.get("inputType")
-    if not isinstance(input_type, str) or not input_type:
-        raise ConnectorManifestError(f"{where}: inputType must name the input type")
-    description = entry.get("description", "")
-    if not isinstance(description, str):
-        raise ConnectorManifestError(f"{where}: description must be a string")
+    timeout, heartbeat, retry = _execution(entry.get("execution"), where)
     return ConnectorOperationEntry(
         connector_id=connector_id,
         operation_name=operation_name,
         kind=kind,
-        description=description,
-        input_type=input_type,
+        description=_text(entry, "description", where),
+        input_type=_text(entry, "inputType", where),
         input_schema=schema,
         required_branches=required,
         optional_branches=optional,
@@ -236,7 +335,38 @@ def operation_entry(manifest: Mapping[str, Any], operation_name: str) -> Connect
         exposed=True,
         approval_recommended=agent.get("approval") == "recommended",
         retry_safe=agent.get("retry") == "safe",
+        idempotency_required=kind is OperationKind.MUTATION,
+        execute_method_timeout=timeout,
+        heartbeat_timeout=heartbeat,
+        retry_policy=retry,
     )
+
+
+def _text(entry: Mapping[str, Any], name: str, where: str) -> str:
+    value = entry.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise ConnectorManifestError(f"{where}: {name} must be a non-empty string")
+    return value
+
+
+def _kind(entry: Mapping[str, Any], where: str) -> OperationKind:
+    try:
+        kind = OperationKind(str(entry.get("kind")))
+    except ValueError:
+        raise ConnectorManifestError(
+            f"{where}: kind must be query or mutation, got {entry.get('kind')!r}"
+        ) from None
+    expected = "required" if kind is OperationKind.MUTATION else "none"
+    idempotency = entry.get("idempotency")
+    if idempotency not in ("none", "required"):
+        raise ConnectorManifestError(
+            f"{where}: idempotency must be none or required, got {idempotency!r}"
+        )
+    if idempotency != expected:
+        raise ConnectorManifestError(
+            f"{where}: idempotency must be {expected} for a {kind.value}, got {idempotency}"
+        )
+    return kind
 
 
 def _agent(value: object, where: str) -> Mapping[str, Any]:
@@ -256,39 +386,61 @@ def _agent(value: object, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _names(value: object, where: str, field_name: str) -> frozenset[str]:
-    if value is None:
-        return frozenset()
-    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
-        raise ConnectorManifestError(f"{where}: branches.{field_name} must list branch names")
-    return frozenset(value)
-
-
-def _branches(value: object, where: str) -> tuple[frozenset[str], frozenset[str]]:
-    if not isinstance(value, dict) or set(value) - {"required", "optional"}:
-        raise ConnectorManifestError(f"{where}: branches must have required and optional lists")
-    required = _names(value.get("required"), where, "required")
-    optional = _names(value.get("optional"), where, "optional")
-    if not required - {DEFECT_BRANCH}:
-        raise ConnectorManifestError(f"{where}: branches.required needs a success branch")
-    both = required & optional
-    if both:
-        raise ConnectorManifestError(f"{where}: branches {sorted(both)} are required and optional")
-    if UNCERTAIN_BRANCH in required:
-        raise ConnectorManifestError(f"{where}: {UNCERTAIN_BRANCH} is never a success branch")
-    return required | {DEFECT_BRANCH}, optional - {DEFECT_BRANCH}
+def _branches(
+    value: object, kind: OperationKind, where: str
+) -> tuple[frozenset[str], frozenset[str]]:
+    """``(required, optional)`` branch IDs of a ``branches`` list."""
+    if not isinstance(value, list) or not value:
+        raise ConnectorManifestError(f"{where}: branches must be a non-empty list of {{id, ...}}")
+    required: set[str] = set()
+    optional: set[str] = set()
+    for index, branch in enumerate(value):
+        path = f"branches[{index}]"
+        if not isinstance(branch, dict):
+            raise ConnectorManifestError(f"{where}: {path} must be an object with an id")
+        unknown = sorted(set(branch) - _BRANCH_KEYS)
+        if unknown:
+            raise ConnectorManifestError(f"{where}: {path}: unknown branch fields {unknown}")
+        branch_id = branch.get("id")
+        if not isinstance(branch_id, str) or not _BRANCH_ID.fullmatch(branch_id):
+            raise ConnectorManifestError(
+                f"{where}: {path}.id must be a lower camel case branch ID, got {branch_id!r}"
+            )
+        if branch_id in required | optional:
+            raise ConnectorManifestError(f"{where}: branch {branch_id} is declared twice")
+        is_optional = branch.get("optional", False)
+        if not isinstance(is_optional, bool):
+            raise ConnectorManifestError(f"{where}: {path}.optional must be true or false")
+        (optional if is_optional else required).add(branch_id)
+    declared = required | optional
+    if DEFECT_BRANCH not in declared:
+        raise ConnectorManifestError(f"{where}: branches must declare {DEFECT_BRANCH}")
+    if kind is OperationKind.QUERY and UNCERTAIN_BRANCH in declared:
+        raise ConnectorManifestError(f"{where}: a query cannot declare {UNCERTAIN_BRANCH}")
+    if not required - {DEFECT_BRANCH, UNCERTAIN_BRANCH}:
+        raise ConnectorManifestError(
+            f"{where}: branches need a success branch (one without optional: true, "
+            f"other than {DEFECT_BRANCH} and {UNCERTAIN_BRANCH})"
+        )
+    return frozenset(required), frozenset(optional)
 
 
 def _listed_branches(
-    value: object, optional: frozenset[str], kind: OperationKind, where: str
+    value: object,
+    required: frozenset[str],
+    optional: frozenset[str],
+    kind: OperationKind,
+    where: str,
 ) -> dict[str, ListedBranch]:
     if not isinstance(value, dict):
         raise ConnectorManifestError(f"{where}: agent.branches must be an object")
+    success = required - {DEFECT_BRANCH, UNCERTAIN_BRANCH}
     listed: dict[str, ListedBranch] = {}
     for name, mapping in value.items():
-        if name not in optional:
+        if name not in (required | optional) - success:
             raise ConnectorManifestError(
-                f"{where}: agent.branches lists {name!r}, which is not an optional branch"
+                f"{where}: agent.branches lists {name!r}, which is not a declared branch "
+                "other than a success branch"
             )
         try:
             listed[name] = ListedBranch(mapping)
@@ -300,7 +452,89 @@ def _listed_branches(
             raise ConnectorManifestError(
                 f"{where}: agent.branches.{name} is unknown, but a Query changes nothing"
             )
+        always_unknown = name == UNCERTAIN_BRANCH or (
+            name == DEFECT_BRANCH and kind is OperationKind.MUTATION
+        )
+        if listed[name] is ListedBranch.REJECTED and always_unknown:
+            raise ConnectorManifestError(
+                f"{where}: agent.branches.{name} is rejected, but this branch always "
+                "records outcome_unknown"
+            )
     return listed
+
+
+# -- execution -------------------------------------------------------------------------
+
+
+def _execution(value: object, where: str) -> tuple[timedelta, timedelta | None, RetryPolicy]:
+    """``execution``'s timeout, heartbeat timeout and retry policy, as declared."""
+    if not isinstance(value, dict):
+        raise ConnectorManifestError(f"{where}: execution must be an object")
+    unknown = sorted(set(value) - _EXECUTION_KEYS)
+    if unknown:
+        raise ConnectorManifestError(f"{where}: unknown execution fields {unknown}")
+    if "durability" in value and value["durability"] not in ("sync", "async"):
+        raise ConnectorManifestError(
+            f"{where}: execution.durability must be sync or async, got {value['durability']!r}"
+        )
+    timeout = _duration(value.get("executeMethodTimeout"), "execution.executeMethodTimeout", where)
+    heartbeat = None
+    if "heartbeatTimeout" in value:
+        heartbeat = _duration(value["heartbeatTimeout"], "execution.heartbeatTimeout", where)
+    return timeout, heartbeat, _retry(value.get("retry"), where)
+
+
+def _retry(value: object, where: str) -> RetryPolicy:
+    if not isinstance(value, dict):
+        raise ConnectorManifestError(f"{where}: execution.retry must be an object")
+    unknown = sorted(set(value) - _RETRY_KEYS)
+    missing = sorted(_RETRY_KEYS - set(value))
+    if unknown or missing:
+        wrong = f"unknown fields {unknown}" if unknown else f"missing fields {missing}"
+        raise ConnectorManifestError(f"{where}: execution.retry has {wrong}")
+    attempts = value["maximumAttempts"]
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ConnectorManifestError(
+            f"{where}: execution.retry.maximumAttempts must be an integer of at least 1, "
+            f"got {attempts!r}"
+        )
+    coefficient = value["backoffCoefficient"]
+    if isinstance(coefficient, bool) or not isinstance(coefficient, int | float) or coefficient < 1:
+        raise ConnectorManifestError(
+            f"{where}: execution.retry.backoffCoefficient must be a number of at least 1, "
+            f"got {coefficient!r}"
+        )
+    initial = _duration(value["initialInterval"], "execution.retry.initialInterval", where)
+    maximum = _duration(value["maximumInterval"], "execution.retry.maximumInterval", where)
+    if maximum < initial:
+        raise ConnectorManifestError(
+            f"{where}: execution.retry.maximumInterval ({value['maximumInterval']}) is "
+            f"shorter than initialInterval ({value['initialInterval']})"
+        )
+    return RetryPolicy(
+        initial_interval=initial,
+        backoff_coefficient=float(coefficient),
+        maximum_interval=maximum,
+        maximum_attempts=attempts,
+        total_duration=_duration(value["totalDuration"], "execution.retry.totalDuration", where),
+    )
+
+
+def _duration(value: object, path: str, where: str) -> timedelta:
+    """A positive Go duration string (``30s``, ``2m``, ``1h30m``)."""
+    if not isinstance(value, str):
+        raise ConnectorManifestError(
+            f"{where}: {path} must be a Go duration string such as 30s, got {value!r}"
+        )
+    try:
+        duration = parse_go_duration(value)
+    except ValueError as error:
+        raise ConnectorManifestError(f"{where}: {path}: {error}") from None
+    if duration <= timedelta(0):
+        raise ConnectorManifestError(
+            f"{where}: {path} must be positive (at least 1us), got {value!r}"
+        )
+    return duration
 
 
 # -- the closed JSON Schema subset -----------------------------------------------------

@@ -99,7 +99,7 @@ class ConnectorBranch:
 
 @runtime_checkable
 class ConnectorQuery(Protocol):
-    """A Connector operation that reads: ``run_query`` takes no effect.
+    """A Connector operation that reads (``kind: query``): ``run_query`` takes no effect.
 
     Example::
 
@@ -113,12 +113,12 @@ class ConnectorQuery(Protocol):
 
     @property
     def connector_id(self) -> str:
-        """The manifest's ``connectorId``."""
+        """The manifest's ``metadata.name``."""
         ...
 
     @property
     def operation_name(self) -> str:
-        """The operation's key in the manifest's ``operations`` (``getBalance``)."""
+        """The operation's ``name`` in the manifest's ``spec.operations`` (``getBalance``)."""
         ...
 
     def run_query(
@@ -130,7 +130,7 @@ class ConnectorQuery(Protocol):
 
 @runtime_checkable
 class ConnectorMutation(Protocol):
-    """A Connector operation that writes: any operation with ``idempotency_key``.
+    """A Connector operation that writes: one whose manifest entry says ``kind: mutation``.
 
     ``run_mutation`` may use the single-dispatch fence through the context's
     heartbeats (see :class:`FenceMarker`).
@@ -138,12 +138,12 @@ class ConnectorMutation(Protocol):
 
     @property
     def connector_id(self) -> str:
-        """The manifest's ``connectorId``."""
+        """The manifest's ``metadata.name``."""
         ...
 
     @property
     def operation_name(self) -> str:
-        """The operation's key in the manifest's ``operations`` (``createRefund``)."""
+        """The operation's ``name`` in the manifest's ``spec.operations`` (``createRefund``)."""
         ...
 
     def idempotency_key(self, call: Call) -> str:

@@ -8,19 +8,18 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from dex import CodecRegistry, RetryPolicy, Value, WireKind
+from dex import CodecRegistry, Value, WireKind
 
 from dex_agents_ray.builtin_loop._validation import SchemaViolation, validate_json_value
 from dex_agents_ray.connectors._manifest import (
     ConnectorManifestError,
     ConnectorOperationEntry,
-    OperationKind,
     connector_snake_case,
     find_manifest_package,
     load_manifest,
+    manifest_connector_id,
     operation_entry,
 )
 from dex_agents_ray.connectors._protocol import ConnectorOperation
@@ -32,7 +31,6 @@ __all__ = [
     "ApprovalPredicate",
     "ConnectorTool",
     "connector_tool",
-    "operation_kind",
 ]
 
 MAX_CONNECTOR_ATTEMPTS = 3
@@ -45,19 +43,37 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CODECS = CodecRegistry()
 
 
-def operation_kind(operation: object) -> OperationKind:
-    """Query or Mutation, by the operation's methods (a Mutation has ``idempotency_key``).
+def _check_operation(operation: object) -> None:
+    """Refuse an object that is no Connector operation at all, before reading anything.
 
     Raises:
-        TypeError: It has neither ``run_query`` nor ``run_mutation`` with ``idempotency_key``.
+        TypeError: It has neither ``run_query`` nor ``run_mutation``.
     """
-    if callable(getattr(operation, "run_mutation", None)):
-        if not callable(getattr(operation, "idempotency_key", None)):
-            raise TypeError(f"connector mutation {operation!r} has no idempotency_key method")
-        return OperationKind.MUTATION
-    if callable(getattr(operation, "run_query", None)):
-        return OperationKind.QUERY
-    raise TypeError(f"{operation!r} is not a Connector operation (no run_query or run_mutation)")
+    if not callable(getattr(operation, "run_query", None)) and not callable(
+        getattr(operation, "run_mutation", None)
+    ):
+        raise TypeError(
+            f"{operation!r} is not a Connector operation (no run_query or run_mutation)"
+        )
+
+
+def _check_methods(operation: object, entry: ConnectorOperationEntry) -> None:
+    """The manifest's ``kind`` decides Query or Mutation; the operation must have
+    what that kind runs with.
+
+    Raises:
+        ConnectorManifestError: It lacks ``run_query`` (Query) or ``run_mutation``
+            (Mutation).
+        TypeError: A Mutation without ``idempotency_key``.
+    """
+    method = "run_mutation" if entry.is_mutation else "run_query"
+    if not callable(getattr(operation, method, None)):
+        raise ConnectorManifestError(
+            f"{entry.connector_id} {entry.operation_name}: the manifest's kind is "
+            f"{entry.kind.value}, but {operation!r} has no {method}"
+        )
+    if entry.is_mutation and not callable(getattr(operation, "idempotency_key", None)):
+        raise TypeError(f"connector mutation {operation!r} has no idempotency_key method")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +82,7 @@ class ConnectorTool:
     :func:`connector_tool`."""
 
     name: str
-    """The tool name the model calls (``<connectorId>_<operation in snake case>``)."""
+    """The tool name the model calls (``<connector ID>_<operation in snake case>``)."""
     description: str
     """The manifest's description."""
     input_schema: Mapping[str, Any]
@@ -85,8 +101,8 @@ class ConnectorTool:
     max_result_bytes: int | None = None
     """This tool's result limit; ``None`` uses the source's."""
     step_options: ToolCallStepOptions | None = None
-    """The operation's timeout and retry policy for the tool Step; ``None`` keeps the
-    session's."""
+    """The manifest's ``execution`` for the tool Step (timeout, heartbeat timeout, retry
+    policy of at most three attempts); ``None`` keeps the session's."""
 
     @property
     def effect(self) -> ToolEffect:
@@ -162,24 +178,24 @@ class ConnectorTool:
             return True  # a predicate that raises asks
 
 
-def _step_options(operation: object, single_attempt: bool) -> ToolCallStepOptions | None:
-    method = getattr(operation, "get_step_options", None)
-    options = method() if callable(method) else None
-    if options is None:
-        return None
-    timeout = getattr(options, "execute_method_timeout", None)
-    retry = getattr(options, "execute_retry", None)
-    if timeout is not None and not isinstance(timeout, timedelta):
-        raise TypeError(f"{operation!r}: execute_method_timeout must be a timedelta")
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise TypeError(f"{operation!r}: execute_retry must be a dex.RetryPolicy")
-    if retry is not None and not single_attempt:
+def _step_options(entry: ConnectorOperationEntry) -> ToolCallStepOptions | None:
+    """The manifest's ``execution`` as the tool Step's options: its timeout, heartbeat
+    timeout and retry policy with at most ``MAX_CONNECTOR_ATTEMPTS`` attempts (none
+    for a single-attempt write, whose Step never retries)."""
+    retry = entry.retry_policy
+    if retry is not None:
         attempts = retry.maximum_attempts
         capped = MAX_CONNECTOR_ATTEMPTS if attempts <= 0 else min(attempts, MAX_CONNECTOR_ATTEMPTS)
         retry = dataclasses.replace(retry, maximum_attempts=capped)
-    if timeout is None and retry is None:
+    if entry.effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+        retry = None
+    if entry.execute_method_timeout is None and entry.heartbeat_timeout is None and retry is None:
         return None
-    return ToolCallStepOptions(timeout=timeout, retry_policy=None if single_attempt else retry)
+    return ToolCallStepOptions(
+        timeout=entry.execute_method_timeout,
+        retry_policy=retry,
+        heartbeat_timeout=entry.heartbeat_timeout,
+    )
 
 
 def _input_type(operation: object, package: str, entry: ConnectorOperationEntry) -> Any:
@@ -223,9 +239,14 @@ def connector_tool(
 ) -> ConnectorTool:
     """Offer one reviewed Connector operation as a tool.
 
-    Reads the operation's entry in its package's ``dex-connector.json`` and refuses
-    one that lacks ``agent.exposed: true``, has an ``agent`` value it does not know,
-    or an ``inputSchema`` keyword it cannot check.
+    Reads the operation's entry in its package's ``dex-connector.json`` (the JSON
+    form of the ``connectors.dex.dev/v1alpha1`` manifest) and refuses one that
+    lacks ``agent.exposed: true``, has an ``agent`` value it does not know, an
+    ``inputSchema`` keyword it cannot check, or a malformed ``kind``,
+    ``idempotency``, ``branches`` or ``execution``. The manifest's ``kind``
+    decides Query or Mutation, and its ``execution`` the tool Step's timeout,
+    heartbeat timeout and retry policy (at most ``MAX_CONNECTOR_ATTEMPTS``
+    attempts).
 
     Example::
 
@@ -238,7 +259,7 @@ def connector_tool(
         requires_approval: ``True``/``False`` overrides the manifest's
             ``agent.approval``; a predicate over the decoded JSON arguments decides
             per call, and one that raises asks.
-        name: The tool name; ``None`` for ``<connectorId>_<operation in snake case>``.
+        name: The tool name; ``None`` for ``<metadata.name>_<operation in snake case>``.
         max_result_bytes: This tool's result limit in UTF-8 bytes; ``None`` uses
             the source's.
 
@@ -248,23 +269,19 @@ def connector_tool(
             wrong type.
         ValueError: ``name`` or ``max_result_bytes`` is out of range.
     """
-    kind = operation_kind(operation)
+    _check_operation(operation)
     connector_id, operation_name = _identity(operation)
     package = getattr(operation, "connector_package", None) or find_manifest_package(
         type(operation).__module__
     )
     manifest = load_manifest(package)
-    if manifest["connectorId"] != connector_id:
+    if manifest_connector_id(manifest) != connector_id:
         raise ConnectorManifestError(
             f"{operation!r} belongs to connector {connector_id}, but {package}'s manifest "
-            f"is {manifest['connectorId']}'s"
+            f"is {manifest_connector_id(manifest)}'s"
         )
     entry = operation_entry(manifest, operation_name)
-    if entry.kind is not kind:
-        raise ConnectorManifestError(
-            f"{connector_id} {operation_name}: the manifest says {entry.kind.value}, the "
-            f"operation is a {kind.value}"
-        )
+    _check_methods(operation, entry)
     tool_name = f"{connector_id}_{connector_snake_case(operation_name)}" if name is None else name
     if not isinstance(tool_name, str) or not _TOOL_NAME.fullmatch(tool_name):
         raise ValueError(
@@ -290,5 +307,5 @@ def connector_tool(
         input_type=_input_type(operation, package, entry),
         requires_approval=requires_approval,
         max_result_bytes=max_result_bytes,
-        step_options=_step_options(operation, entry.effect is ToolEffect.NON_IDEMPOTENT_WRITE),
+        step_options=_step_options(entry),
     )

@@ -8,6 +8,8 @@ on pooled executor actors of its resource shape (the default), or as a Ray
 task per attempt (``RayTaskOptions(execution=RemoteExecution.TASK)``).
 Mark a Step class :func:`effect_free` when its handlers change nothing outside
 the run: its completion is then written while the next in-host Steps start.
+An RPC shows the messages a Step's wait took and its ``execute`` has not yet
+committed with :func:`taken_channel_messages`.
 """
 
 from dex_agents_ray.engine._client import (
@@ -24,6 +26,7 @@ from dex_agents_ray.engine._errors import (
     StoreUnavailableError,
 )
 from dex_agents_ray.engine._exit_hooks import on_clean_exit
+from dex_agents_ray.engine._invoke import taken_channel_messages
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     ExecutorPoolOptions,
@@ -69,4 +72,5 @@ __all__ = [
     "SyncEngineClient",
     "effect_free",
     "on_clean_exit",
+    "taken_channel_messages",
 ]

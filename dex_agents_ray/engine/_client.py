@@ -7,14 +7,17 @@ import functools
 import hashlib
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dex import (
+    Attribute,
     AttributeMap,
+    AttributeMapLoad,
     Flow,
+    FlowConfig,
     FlowInfo,
     FlowResult,
     FlowStatus,
@@ -39,10 +42,16 @@ from dex.runtime_errors import (
 
 from dex_agents_ray.engine._channel import ChannelClosed, HostChannels
 from dex_agents_ray.engine._errors import (
+    HostNotStartedError,
     HostPassivatedError,
     InvalidStreamTokenError,
     service_error,
     unwrap,
+)
+from dex_agents_ray.engine._flow_config import (
+    DEFAULT_SEARCH_MODE,
+    attribute_keys,
+    search_mode,
 )
 from dex_agents_ray.engine._operations import StartRequest
 from dex_agents_ray.engine._placement import PlacementMode
@@ -190,10 +199,10 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _HOST_RETRY_SECONDS
         while True:
-            host = self._engine.host(flow_id)
             host_name = self._engine.placement.host_name(flow_id)
             channel = self._channels.get(host_name)
             try:
+                host = self._engine.host(flow_id)
                 if channel is not None:  # the host's socket: see ``_channel``
                     return unwrap(await channel.request((method, flow_id, args)))
                 answer = await getattr(host, method).remote(flow_id, *args)
@@ -203,9 +212,11 @@ class EngineClient:
                 ray.exceptions.ActorUnavailableError,
                 ray.exceptions.ActorDiedError,
                 HostPassivatedError,
+                HostNotStartedError,
                 ChannelClosed,
             ):
-                # A crashed host restarts; a passivating one exits and is re-created.
+                # A crashed host restarts; a passivating one exits and is re-created;
+                # a killed worker's hosts come back with its replacement.
                 if loop.time() > deadline:
                     raise
                 if retry_args is not None:
@@ -227,6 +238,7 @@ class EngineClient:
         options = options or StartFlowOptions()
         registered, flow_hash = self._engine.registered(flow)
         _refuse_unsupported(options)
+        mode = search_mode(options.config_override, "StartFlowOptions.config_override")
         start = registered.start_step
         if start is None:
             raise ValueError(f"Flow {registered.name} has no start Step")
@@ -242,6 +254,7 @@ class EngineClient:
             start_delay=None
             if options.start_delay is None
             else options.start_delay.total_seconds(),
+            active_step_search_mode=mode or DEFAULT_SEARCH_MODE,
         )
         run_id = str(await self._call(_require_id(flow_id), "start_flow", request))
         self._known(flow_id)
@@ -321,6 +334,63 @@ class EngineClient:
         options = options or StopFlowOptions()
         await self._existing(flow_id, "StopFlow")
         await self._call(flow_id, "stop_flow", options.type.value, options.reason)
+
+    async def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
+        """Replace mutable configuration for an active Flow (``dex.AsyncClient``'s).
+
+        ``config.active_step_search_mode`` applies at once: ``DISABLED`` takes the
+        run out of the ``ActiveStepTypes`` search, ``WITH_WAIT_FOR`` lists only its
+        active Steps that have a ``wait_for``, ``ALL`` and ``DEFAULT`` every one;
+        a ``None`` field keeps the current setting. ``step_durability`` changes
+        nothing (every Step commits synchronously here).
+
+        Raises:
+            FlowNotActiveOrNotFoundError: The Flow is missing or closed.
+            ValueError: ``config`` sets a field this engine does not apply.
+            TypeError: ``config`` is not a ``dex.FlowConfig``.
+        """
+        mode = search_mode(config, "FlowConfig")
+        await self._existing(flow_id, "UpdateFlowConfig")
+        await self._call(flow_id, "update_flow_config", mode)
+
+    async def get_attributes(
+        self, flow_id: str, reads: Sequence[Attribute[Any] | AttributeMapLoad]
+    ) -> tuple[Any, ...]:
+        """Committed Attribute values of the current or latest run of ``flow_id``.
+
+        Reads Flow state from outside the Flow without an RPC. Not in
+        ``dex.AsyncClient`` 1.23 (its protocol has ``GetAttributes``); the shape
+        follows the SDK's typed Attribute selectors and the later SDKs' reads:
+        each read is a registered ``Attribute`` or one ``AttributeMap`` instance
+        as ``the_map.load(instance)`` (the selector RPC loads use), and the
+        result has one value per read, in order: the value when set, ``None``
+        when not. A Step's writes show once its result commits, and what is read
+        is durable. A closed run's values stay readable.
+
+        Example::
+
+            state, first = await client.get_attributes(
+                "session-42", [AGENT_STATE, AGENT_MESSAGES.load(message_sequence_key(1))]
+            )
+
+        Raises:
+            FlowNotFoundError: ``flow_id`` never ran.
+            ValueError: A read is not an Attribute of the run's Flow.
+            TypeError: A read is neither an Attribute nor an instance selection.
+            FlowDefinitionError: The run's Flow is not registered with this engine.
+        """
+        run = await self._run(flow_id, "GetAttributes")
+        registered = self._engine.registry._flow_by_type(run.flow_type)
+        keys = attribute_keys(reads, registered.persistence, run.flow_type)
+        if not keys:
+            return ()
+        stored = await self._call(flow_id, "get_attributes", [key for key, _ in keys])
+        return tuple(
+            None
+            if value is None
+            else self._values.decode(pb.Value.FromString(value), self._values.codec(kind))
+            for value, (_, kind) in zip(stored, keys, strict=True)
+        )
 
     # -- reading -----------------------------------------------------------------------
 

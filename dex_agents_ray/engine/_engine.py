@@ -10,18 +10,21 @@ import os
 import typing
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dex import CodecRegistry, Flow, FlowDefinitionError, Registry
 
 from dex_agents_ray.engine._client import EngineClient
 from dex_agents_ray.engine._codecs import CachingCodecRegistry
+from dex_agents_ray.engine._errors import EngineError
 from dex_agents_ray.engine._executor import EXECUTOR_PREFIX
 from dex_agents_ray.engine._hosts import (
     SCHEDULER_NAME,
     HostConfig,
     host_handle,
     scheduler_handle,
+    shared_host_handle,
+    worker_host,
 )
 from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
 from dex_agents_ray.engine._placement import (
@@ -46,6 +49,8 @@ from dex_agents_ray.engine._sync import SyncEngineClient
 logger = logging.getLogger("dex_agents_ray.engine")
 
 DEFAULT_NAMESPACE = "dex-agents-ray"
+WorkerHosts = Literal["own", "use"]
+"""How a driver stands to a worker process that owns the namespace's hosts."""
 HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX, EXECUTOR_PREFIX)
 DEFAULT_SHARED_HOSTS = 4
 """The most shared hosts ``FlowEngine.start`` chooses by itself (see ``shared_hosts``)."""
@@ -167,6 +172,33 @@ async def _gone(handle: Any, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _no_engine_actors(namespace: str, timeout: float = 60.0) -> None:
+    """Wait until ``namespace`` runs no host, executor or scheduler actor.
+
+    A killed worker's actors end within moments of it (Ray ends them with their
+    owner); any still there past ``timeout`` belong to a live driver.
+    """
+    import ray
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        names = sorted(
+            entry["name"]
+            for entry in ray.util.list_named_actors(all_namespaces=True)
+            if entry["namespace"] == namespace
+            and (entry["name"].startswith(HOST_PREFIXES) or entry["name"] == SCHEDULER_NAME)
+        )
+        if not names:
+            return
+        if loop.time() > deadline:
+            raise EngineError(
+                f"worker_hosts='own': namespace {namespace!r} still runs {names}: another "
+                "worker owns them, or an engine without worker_hosts started them; stop it first"
+            )
+        await asyncio.sleep(0.05)
+
+
 class FlowEngine:
     """The durable engine: runs registered ``dex.Flow`` definitions on Ray.
 
@@ -193,8 +225,13 @@ class FlowEngine:
         retention: RetentionOptions | None = None,
         stream_batch_window: timedelta = timedelta(seconds=STREAM_BATCH_WINDOW_SECONDS),
         local_channels: bool = True,
+        worker_hosts: WorkerHosts | None = None,
     ) -> None:
         self.flows = flows
+        self.worker_hosts = worker_hosts
+        """``"own"``: this driver is the worker process that owns the namespace's
+        hosts; ``"use"``: its calls go to a worker's hosts; ``None``: detached hosts
+        that any driver creates on demand (see ``FlowEngine.start``)."""
         self.local_channels = local_channels
         """Whether this driver's client reaches the shared hosts of its node by
         their Unix sockets (see ``FlowEngine.start``)."""
@@ -216,6 +253,7 @@ class FlowEngine:
             executor_pool=executor_pool or ExecutorPoolOptions(),
             retention=retention or RetentionOptions(),
             stream_batch_window=stream_batch_window.total_seconds(),
+            worker_owned=worker_hosts is not None,
         )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
@@ -238,6 +276,7 @@ class FlowEngine:
         retention: RetentionOptions | None = None,
         stream_batch_window: timedelta = timedelta(seconds=STREAM_BATCH_WINDOW_SECONDS),
         local_channels: bool = True,
+        worker_hosts: WorkerHosts | None = None,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
 
@@ -292,9 +331,22 @@ class FlowEngine:
                 a Ray call takes over 1 ms; calls to other nodes stay on Ray).
                 ``False``: every call goes through Ray. The hosts' calls to
                 executors have their own switch, ``ExecutorPoolOptions.local_channel``.
+            worker_hosts: Tie the namespace's hosts to one worker process, as a
+                Dex Worker holds its Flows, so a test can kill them all at once
+                (``dex_agents_ray.testing.run_agent_worker``). ``"own"``: this
+                driver starts every shared host as its own actor (not detached),
+                so the hosts, their executors and the scheduler end when this
+                process ends; it resumes the runs with work in flight. ``"use"``:
+                this driver starts no host and resumes nothing; its calls go to
+                the hosts a worker started and wait for a replacement while none
+                runs (``HostNotStartedError`` past the client's deadline). Both
+                need the shared placement. ``None`` (the default): detached hosts
+                that any driver creates on demand and that outlive every driver.
         """
         if not isinstance(local_channels, bool):
             raise TypeError(f"local_channels must be a bool, got {type(local_channels).__name__}")
+        if worker_hosts not in (None, "own", "use"):
+            raise ValueError(f"worker_hosts must be 'own', 'use' or None, got {worker_hosts!r}")
         import ray
         from ray import cloudpickle
 
@@ -332,6 +384,11 @@ class FlowEngine:
             size = await _shared_pool_size(namespace, asked)
             if size != placement.shared_hosts:
                 placement = dataclasses.replace(placement, shared_hosts=size)
+        elif worker_hosts is not None:
+            raise ValueError(
+                f"worker_hosts={worker_hosts!r} needs the shared placement: a worker "
+                "starts every host of the namespace up front"
+            )
         config = _store_config(store)
         flow_store = open_store(config)
         await flow_store.open()
@@ -357,12 +414,33 @@ class FlowEngine:
             retention=retention,
             stream_batch_window=stream_batch_window,
             local_channels=local_channels,
+            worker_hosts=worker_hosts,
         )
+        if worker_hosts == "own":
+            await engine._start_worker_hosts()
+        if worker_hosts == "use":
+            return engine  # the worker wakes timers and resumes runs
         if passivate_after is not None:
             await scheduler_handle(engine.host_config).woken_runs.remote()
         if resume:
             await engine.resume_runs()
         return engine
+
+    async def _start_worker_hosts(self) -> None:
+        """Start every shared host as this driver's own actor (``worker_hosts="own"``).
+
+        A shared host resumes its slot's runs when it starts, so once every host
+        answers, the runs a killed worker left are running again here. The hosts
+        are created by name: a killed worker's must be gone first, or this
+        driver would be handed actors that are about to end with their owner.
+        """
+        await _no_engine_actors(self.namespace)
+        handles = {
+            f"{SHARED_PREFIX}{slot}": shared_host_handle(self.host_config, slot)
+            for slot in range(self.placement.shared_hosts)
+        }
+        self._hosts.update(handles)
+        await asyncio.gather(*(handle.ready.remote() for handle in handles.values()))
 
     def registered(self, flow: Flow[Any]) -> tuple[_RegisteredFlow, str]:
         """The registered form and stored version of ``flow``; refuses unknown flows."""
@@ -380,12 +458,20 @@ class FlowEngine:
         name = self.placement.host_name(flow_id)
         handle = self._hosts.get(name)
         if handle is None:
-            handle = host_handle(self.host_config, flow_id)
+            if self.worker_hosts == "use":
+                handle = worker_host(self.namespace, name)
+            else:
+                handle = host_handle(self.host_config, flow_id)
             self._hosts[name] = handle
         return handle
 
     def forget_host(self, flow_id: str) -> None:
         self._hosts.pop(self.placement.host_name(flow_id), None)
+
+    def forget_hosts(self) -> None:
+        """Drop every host handle this engine holds (a worker that owned the hosts
+        was replaced: the next call looks each one up again)."""
+        self._hosts.clear()
 
     async def resume_runs(self) -> int:
         """Make sure every run with work in flight has a host; returns how many."""

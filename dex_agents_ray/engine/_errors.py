@@ -7,7 +7,8 @@ Tree::
       └── EngineError                runtime failure inside the engine
             ├── StoreUnavailableError  the store kept failing past its retry deadline
             ├── HostCallError          a host call failed with a non-SDK error
-            └── HostPassivatedError    the host is passivating the run: call again
+            ├── HostPassivatedError    the host is passivating the run: call again
+            └── HostNotStartedError    no worker process runs the run's host (yet)
     dex.runtime_errors.DexServiceError and subclasses   re-raised as the SDK raises them
     dex.runtime_errors.FlowDefinitionError, ValueMappingError, InvalidStepResultError
 
@@ -71,6 +72,13 @@ class HostCallError(EngineError):
 
 class HostPassivatedError(EngineError):
     """The host is letting the run go (passivation); call again to re-activate it."""
+
+
+class HostNotStartedError(EngineError):
+    """No host of the run runs: its namespace's hosts belong to a worker process
+    (``FlowEngine.start(worker_hosts="own")``) and none runs now. A client keeps
+    calling while a replacement worker starts; this is raised only past its
+    deadline."""
 
 
 _CODES: dict[str, tuple[str, ErrorSubStatus]] = {

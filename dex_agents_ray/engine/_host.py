@@ -36,7 +36,13 @@ from dex_agents_ray.engine._metrics import (
     record_run_passivated,
     set_resident_runs,
 )
-from dex_agents_ray.engine._operations import StartRequest, run_rpc, start_run, stop_run
+from dex_agents_ray.engine._operations import (
+    StartRequest,
+    run_rpc,
+    start_run,
+    stop_run,
+    update_run_config,
+)
 from dex_agents_ray.engine._placement import PlacementMode
 from dex_agents_ray.engine._pool import ExecutorPool
 from dex_agents_ray.engine._remote import decode_frame, load_definition, tune_collector
@@ -82,7 +88,9 @@ class FlowHost:
             self._store, busy=self._busy, batch_window=config.stream_batch_window
         )
         self._refused: dict[str, int] = {}
-        self._pool = ExecutorPool(config.namespace, config.executor_pool)
+        self._pool = ExecutorPool(
+            config.namespace, config.executor_pool, detached=not config.worker_owned
+        )
         self._channel = ChannelServer(self._client_request, "dex-host")
         """Clients of this node send their calls here after the first (see ``_channel``)."""
         self._socket_calls = 0
@@ -305,6 +313,26 @@ class FlowHost:
                 await stop_run(driver, stop_type, reason)
 
         return await envelope(stop())
+
+    async def update_flow_config(self, flow_id: str, search_mode: str | None) -> Envelope:
+        async def update() -> None:
+            with _client_call(await self._running_or_closed(flow_id, "UpdateFlowConfig")) as driver:
+                await update_run_config(driver, search_mode)
+
+        return await envelope(update())
+
+    async def get_attributes(self, flow_id: str, keys: list[str]) -> Envelope:
+        """The stored values (serialized ``dex.Value``, ``None`` when unset) of
+        ``keys``, as committed: what is read here is durable before it answers."""
+
+        async def read() -> list[bytes | None]:
+            with _client_call(await self._running_or_closed(flow_id, "GetAttributes")) as driver:
+                attributes = driver.state.attributes
+                values = [attributes.get(key) for key in keys]
+                await driver.durable()
+                return values
+
+        return await envelope(read())
 
     async def _running_or_closed(self, flow_id: str, operation: str) -> RunDriver:
         from dex_agents_ray.engine._operations import not_active

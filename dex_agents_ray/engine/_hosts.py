@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dex_agents_ray.engine._errors import HostNotStartedError
 from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
-from dex_agents_ray.engine._placement import Placement, PlacementMode
+from dex_agents_ray.engine._placement import SHARED_PREFIX, Placement, PlacementMode
 from dex_agents_ray.engine._store import StoreConfig
 from dex_agents_ray.engine._streams import STREAM_BATCH_WINDOW_SECONDS
 
@@ -30,6 +31,11 @@ class HostConfig:
     """What runs keep of their past."""
     stream_batch_window: float = STREAM_BATCH_WINDOW_SECONDS
     """Seconds a long poll that found records of a busy run waits for more."""
+    worker_owned: bool = False
+    """Whether one worker process owns the namespace's actors
+    (``FlowEngine.start(worker_hosts="own")``): hosts, their executors and the
+    scheduler are then ordinary actors, which Ray ends with the process that
+    created them, instead of detached ones that outlive every driver."""
 
 
 _classes: dict[str, Any] = {}
@@ -54,13 +60,14 @@ def _actor_options(name: str, config: HostConfig) -> dict[str, Any]:
     options: dict[str, Any] = {
         "name": name,
         "namespace": config.namespace,
-        "lifetime": "detached",
         "get_if_exists": True,
         "num_cpus": 0,
         "max_restarts": -1,
         "max_task_retries": 0,
         "max_concurrency": 10_000,
     }
+    if not config.worker_owned:
+        options["lifetime"] = "detached"
     if config.host_resources:
         options["resources"] = dict(config.host_resources)
     return options
@@ -75,6 +82,30 @@ def host_handle(config: HostConfig, flow_id: str) -> Any:
     else:
         args = (config, None, placement.slot(flow_id))
     return _remote_class("host").options(**_actor_options(name, config)).remote(*args)
+
+
+def shared_host_handle(config: HostConfig, slot: int) -> Any:
+    """The shared host of ``slot`` (created on demand, by name)."""
+    name = f"{SHARED_PREFIX}{slot}"
+    return _remote_class("host").options(**_actor_options(name, config)).remote(config, None, slot)
+
+
+def worker_host(namespace: str, name: str) -> Any:
+    """The running host ``name`` that a worker process started; never creates one.
+
+    Raises:
+        HostNotStartedError: No host of that name runs (no worker runs, or a
+            killed worker's replacement has not started it yet).
+    """
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        raise HostNotStartedError(
+            f"no worker runs host {name!r} of namespace {namespace!r}: start one "
+            "(AgentTestStack.start_worker(), or run_agent_worker in a process of its own)"
+        ) from None
 
 
 def scheduler_handle(config: HostConfig) -> Any:

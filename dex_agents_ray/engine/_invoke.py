@@ -26,7 +26,10 @@ from urllib.parse import unquote
 from dex import (
     Attribute,
     AttributeMap,
+    Channel,
     ChannelMap,
+    ChannelMessage,
+    Context,
     Flow,
     Registry,
     RPCResult,
@@ -37,7 +40,11 @@ from dex import (
 )
 from dex.condition import ConditionCombination, TimerCondition
 from dex.dexpb import dex_pb2 as pb
-from dex.runtime_errors import InvalidStepResultError, ValueMappingError
+from dex.runtime_errors import (
+    ChannelMessagesNotLoadedError,
+    InvalidStepResultError,
+    ValueMappingError,
+)
 from dex.step import StepMovement, StepOutput
 
 from dex_agents_ray.engine._handler_threads import handler_threads
@@ -279,10 +286,14 @@ class _EngineContext(InvocationContext):
         *args: Any,
         attempt_progress: StepAttemptProgress,
         attribute_values: AttributeValues | None = None,
+        taken: Mapping[str, pb.ChannelValues] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._attempt_progress = attempt_progress
+        self._taken: Mapping[str, pb.ChannelValues] = taken or {}
+        """The messages satisfied waits took that their Steps have not committed
+        (an RPC's only; see ``taken_channel_messages``)."""
         self._view = attribute_values
         self._own: dict[str, Any] = {}
         """Values of deeply immutable types this invocation wrote (the objects it
@@ -369,6 +380,25 @@ class _EngineContext(InvocationContext):
             return InvocationContext._physical_name(definition, instance)
         return _map_physical_name(definition.name, instance)
 
+    def taken_messages(self, definition: Channel[T]) -> tuple[ChannelMessage[T], ...]:
+        """See ``taken_channel_messages``."""
+        self._require_registered(definition)
+        if definition.name not in self._loaded_channel_names:
+            raise ChannelMessagesNotLoadedError(
+                f"Channel messages were not loaded for this invocation: {definition.name}"
+            )
+        values = self._taken.get(definition.name)
+        if values is None:
+            return ()
+        codec = self._flow_codec(definition.value_type)
+        return tuple(
+            ChannelMessage(
+                message_id=message.message_id,
+                value=cast(T, self._values.decode(message.value, codec)),
+            )
+            for message in values.messages
+        )
+
     @property
     def recovery_error(self) -> EngineRecoveryErrorInfo | None:
         if not self._metadata.HasField("recovery_error"):
@@ -378,6 +408,36 @@ class _EngineContext(InvocationContext):
             error_type=self._metadata.recovery_error.error_type,
             attempt_progress=self._attempt_progress,
         )
+
+
+def taken_channel_messages(context: Context, channel: Channel[T]) -> tuple[ChannelMessage[T], ...]:
+    """The messages of ``channel`` that a Step's satisfied wait took and whose Step
+    has not committed its ``execute`` yet, oldest first, for an RPC of this engine
+    that loads the Channel (``@rpc(load_channels=(channel,))``).
+
+    Dex hands a wait its messages when the wait is satisfied, which takes them
+    off ``pending_messages``; what the Step makes of them is committed with its
+    ``execute``, which may run later (it may even be retried). In between they
+    are in neither place, so an RPC that shows what a Channel holds (a session
+    snapshot's queued messages) adds these to stay complete. They are no longer
+    pending: deleting one by its ID finds nothing. A Step's Context has none.
+
+    Example::
+
+        @rpc(load_channels=(Inbox,))
+        def inbox(self, context: Context) -> RPCResult[list[str]]:
+            taken = taken_channel_messages(context, Inbox)
+            return RPCResult([m.value for m in (*taken, *Inbox.pending_messages(context))])
+
+    Raises:
+        TypeError: ``context`` is not a Context this engine made.
+        ChannelMessagesNotLoadedError: The RPC does not load ``channel``.
+    """
+    if not isinstance(context, _EngineContext):
+        raise TypeError(
+            f"taken_channel_messages needs a Context of this engine, got {type(context).__name__}"
+        )
+    return context.taken_messages(channel)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -619,8 +679,10 @@ async def invoke_rpc(
     flow: _RegisteredFlow,
     request: pb.InvokeWorkerRPCRequest,
     attribute_values: AttributeValues | None = None,
+    taken: Mapping[str, pb.ChannelValues] | None = None,
 ) -> RpcOutcome:
-    """Run one RPC handler and map its result (writes, output, next Steps)."""
+    """Run one RPC handler and map its result (writes, output, next Steps);
+    ``taken``: what ``taken_channel_messages`` shows it, per loaded Channel."""
     rpc = flow.rpc(request.rpc_name)
     context = _EngineContext(
         InvocationMethod.RPC,
@@ -635,6 +697,7 @@ async def invoke_rpc(
         loaded_channel_map_instances=request.loaded_channel_map_instances,
         attempt_progress=StepAttemptProgress.UNSPECIFIED,
         attribute_values=attribute_values,
+        taken=taken,
     )
     arguments: list[object] = [context]
     if rpc.input_codec is not None:

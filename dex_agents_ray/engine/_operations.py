@@ -18,6 +18,7 @@ from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._decisions import cancel_matching, create_movements
 from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import service_error, worker_error
+from dex_agents_ray.engine._flow_config import DEFAULT_SEARCH_MODE
 from dex_agents_ray.engine._invoke import MovementExtras, invoke_rpc
 from dex_agents_ray.engine._records import RunRecord, RunStatus
 from dex_agents_ray.engine._state import RunState, Tx
@@ -39,6 +40,8 @@ class StartRequest:
     ignore_already_started: bool
     request_id: str
     start_delay: float | None
+    active_step_search_mode: str = DEFAULT_SEARCH_MODE
+    """``StartFlowOptions.config_override``'s mode, or this engine's default."""
 
 
 def _already_started(flow_id: str, detail: str) -> FlowAlreadyStartedError:
@@ -94,6 +97,7 @@ async def start_run(driver: RunDriver, request: StartRequest) -> str:
             epoch=driver.epoch,
             started_at=float(int(now)),
             start_request_id=request.request_id,
+            active_step_search_mode=request.active_step_search_mode,
         )
         tx = Tx(fresh, driver.epoch, now, stored=False)
         tx.write_attributes(pb.AttributeWrite.FromString(w) for w in request.attribute_writes)
@@ -153,10 +157,13 @@ async def run_rpc(
             sorted({*rpc.load_channel_map_instances, *extra_channel_maps}),
         )
         values = driver.state.attribute_values(attribute_maps)
+        taken = driver.state.taken_messages(rpc.load_channel_names)
         timeout = rpc.options.timeout.total_seconds() if rpc.options.timeout else None
         try:
             outcome = await asyncio.wait_for(
-                invoke_rpc(driver.definition.mapper, driver.definition.flow, request, values),
+                invoke_rpc(
+                    driver.definition.mapper, driver.definition.flow, request, values, taken
+                ),
                 timeout,
             )
         except Exception as error:  # the handler failed: nothing of it is applied
@@ -206,6 +213,21 @@ async def _commit_rpc(
             tx.commit.rpc_request = (request_id, output)
         await driver.commit(tx)
     return output
+
+
+async def update_run_config(driver: RunDriver, search_mode: str | None) -> None:
+    """Apply ``update_flow_config`` to a running run: store its active-Step search
+    mode and index its active Steps by it in the same commit (``None``: the
+    config sets nothing this engine applies, and nothing is written)."""
+    async with driver.commit_lock:
+        if not driver.state.is_running:
+            raise not_active(driver.flow_id, "UpdateFlowConfig")
+        if search_mode is None:
+            return
+        tx = driver.tx()
+        tx.run.active_step_search_mode = search_mode
+        tx.history("", "flow_config_updated", {"active_step_search_mode": search_mode})
+        await driver.commit(tx)
 
 
 async def stop_run(driver: RunDriver, stop_type: str, reason: str | None) -> None:

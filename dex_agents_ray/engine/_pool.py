@@ -83,9 +83,14 @@ class _Shape:
 class ExecutorPool:
     """Per-host executor choice; see the module docstring."""
 
-    def __init__(self, namespace: str, options: ExecutorPoolOptions) -> None:
+    def __init__(
+        self, namespace: str, options: ExecutorPoolOptions, *, detached: bool = True
+    ) -> None:
         self._namespace = namespace
         self._options = options
+        self._detached = detached
+        """Whether executors outlive their creator; ``False`` when a worker process
+        owns the namespace's actors (``HostConfig.worker_owned``), so they end with it."""
         self._shapes: dict[str, _Shape] = {}
         self._by_text: dict[str, _Shape] = {}
         self._waiting: dict[AttemptKey, _Pending] = {}
@@ -280,12 +285,13 @@ class ExecutorPool:
 
     def _start(self, shape: _Shape) -> None:
         index = len(shape.handles)
+        lifetime: dict[str, str] = {"lifetime": "detached"} if self._detached else {}
         handle = (
             _remote_executor()
             .options(
                 name=executor_name(shape.key, index),
                 namespace=self._namespace,
-                lifetime="detached",
+                **lifetime,
                 get_if_exists=True,
                 max_restarts=-1,
                 max_task_retries=0,

@@ -99,6 +99,10 @@ class ExecRecord:
     """Serialized ``dex.WaitingCondition`` while ``WAITING``."""
     wait_started_at: float | None = None
     condition_results: bytes | None = None
+    taken: tuple[str, ...] = ()
+    """The IDs of the Channel messages the satisfied wait took, in the order of
+    the values in ``condition_results`` (RPCs still show them until ``execute``
+    commits: ``RunState.taken_messages``); empty for none."""
     wait_for_failed: bool = False
     wait_for_failures: int = 0
     locals: dict[str, bytes] = field(default_factory=dict)
@@ -135,6 +139,7 @@ class ExecRecord:
             "wait": _b64(self.wait),
             "wait_started_at": self.wait_started_at,
             "condition_results": _b64(self.condition_results),
+            "taken": list(self.taken),
             "wait_for_failed": self.wait_for_failed,
             "wait_for_failures": self.wait_for_failures,
             "locals": {k: _b64(v) for k, v in self.locals.items()},
@@ -173,6 +178,7 @@ class ExecRecord:
             wait=_unb64(d["wait"]),
             wait_started_at=d["wait_started_at"],
             condition_results=_unb64(d["condition_results"]),
+            taken=tuple(d.get("taken", ())),  # absent in rows written before it existed
             wait_for_failed=d["wait_for_failed"],
             wait_for_failures=d["wait_for_failures"],
             locals={k: _unb64(v) or b"" for k, v in d["locals"].items()},
@@ -224,6 +230,9 @@ class RunRecord:
     search_attributes: dict[str, Any] = field(default_factory=dict)
     """Indexed Attribute values by index key, as JSON-compatible values."""
     start_request_id: str = ""
+    active_step_search_mode: str = "default"
+    """Which active Steps ``active_step_types`` lists: an ``ActiveStepSearchMode``
+    value (``FlowConfig``); ``default`` lists every one."""
 
     def row(self) -> tuple[Any, ...]:
         """The ``runs`` table's columns, in order (both stores use this shape)."""
@@ -249,6 +258,7 @@ class RunRecord:
                 "next_message_seq": self.next_message_seq,
                 "graceful_completed": self.graceful_completed,
                 "start_request_id": self.start_request_id,
+                "active_step_search_mode": self.active_step_search_mode,
             }
         )
 

@@ -86,6 +86,8 @@ def run_from_row(row: tuple[Any, ...], epoch: int) -> RunRecord:
         next_message_seq=int(extra_d["next_message_seq"]),
         graceful_completed=bool(extra_d["graceful_completed"]),
         start_request_id=str(extra_d["start_request_id"]),
+        # Rows written before search modes existed index every active Step.
+        active_step_search_mode=str(extra_d.get("active_step_search_mode", "default")),
         active_step_types=list(json.loads(active)),
         search_attributes=dict(json.loads(search)),
     )

@@ -19,6 +19,7 @@ from dex.runtime_errors import ChannelMessageNotFoundError
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import service_error
+from dex_agents_ray.engine._flow_config import indexed_step_types
 from dex_agents_ray.engine._invoke import AttributeValues, DecodedAttributes, MovementExtras
 from dex_agents_ray.engine._records import (
     ChannelMessageRecord,
@@ -241,6 +242,30 @@ class RunState:
             loaded_channel_map_instances=options.wait_for_load_channel_map_instances,
         )
 
+    def taken_messages(self, channel_names: Sequence[str]) -> dict[str, pb.ChannelValues]:
+        """The messages of ``channel_names`` that satisfied waits took for executions
+        whose ``execute`` has not committed yet, oldest execution first.
+
+        A wait's messages leave their Channel when it is satisfied, but the Step
+        that got them commits what it makes of them only with its ``execute``
+        (a session's turn, for a queued user message): an RPC that shows the
+        Channel (``taken_channel_messages``) shows these too, so a message is
+        never out of sight in between.
+        """
+        wanted = set(channel_names)
+        taken: dict[str, pb.ChannelValues] = {}
+        for e in self.execs.values():
+            if not e.taken or e.condition_results is None or e.status is not ExecStatus.READY:
+                continue
+            ids = iter(e.taken)
+            for result in pb.ConditionResults.FromString(e.condition_results).channel_results:
+                for value, message_id in zip(result.values, ids, strict=False):
+                    if result.channel_name in wanted:
+                        taken.setdefault(result.channel_name, pb.ChannelValues()).messages.add(
+                            channel_name=result.channel_name, value=value, message_id=message_id
+                        )
+        return taken
+
     def rpc_request(
         self,
         rpc_name: str,
@@ -416,6 +441,7 @@ class Tx:
                     record,
                     status=ExecStatus.READY,
                     condition_results=satisfied.results.SerializeToString(),
+                    taken=tuple(m.message_id for m in satisfied.consumed),
                     wait=None,
                 )
             )
@@ -511,8 +537,8 @@ class Tx:
         return list(self._new_execs)
 
     def build(self) -> Commit:
-        active = [e for e in self.active_snapshot()]
-        self.run.active_step_types = sorted({e.step_type for e in active})
+        active = self.active_snapshot()
+        self.run.active_step_types = indexed_step_types(active, self.run.active_step_search_mode)
         stored = self._state.run if self._stored else None
         # A row as stored is not written again (a commit rewrites 3 b-tree pages
         # for it, and 3 more for its active Step types).

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dex import (
+    Attribute,
+    AttributeMapLoad,
     Flow,
+    FlowConfig,
     FlowInfo,
     FlowResult,
     RPCInvokeOptions,
@@ -86,6 +89,16 @@ class SyncEngineClient:
 
     def stop_flow(self, flow_id: str, options: StopFlowOptions | None = None) -> None:
         self._run(self._client.stop_flow(flow_id, options))
+
+    def update_flow_config(self, flow_id: str, config: FlowConfig) -> None:
+        """See :meth:`EngineClient.update_flow_config`."""
+        self._run(self._client.update_flow_config(flow_id, config))
+
+    def get_attributes(
+        self, flow_id: str, reads: Sequence[Attribute[Any] | AttributeMapLoad]
+    ) -> tuple[Any, ...]:
+        """See :meth:`EngineClient.get_attributes`."""
+        return self._run(self._client.get_attributes(flow_id, reads))
 
     def describe_flow(self, flow_id: str) -> FlowInfo:
         return self._run(self._client.describe_flow(flow_id))

@@ -331,7 +331,13 @@ class CaseRegression:
 
 @dataclass(frozen=True, kw_only=True)
 class EvalComparison:
-    """``compare_reports(a, b)``: the per-case differences from A to B."""
+    """``compare_reports(a, b)``: the per-case differences from A to B.
+
+    Only the cases both runs have (``shared_case_ids``) can regress or improve,
+    and the pass rates compare those cases only: a case B dropped or added
+    changes the case set, not the agent, so it is listed apart (``removed``,
+    ``added``) and never counted as a regression.
+    """
 
     before: EvalReport
     after: EvalReport
@@ -339,12 +345,49 @@ class EvalComparison:
 
     @property
     def regressions(self) -> tuple[CaseRegression, ...]:
-        """The cases that passed (or scored higher) in A and do not in B."""
-        return tuple(c for c in self.changes if c.change in ("regressed", "status", "removed"))
+        """The shared cases that passed (or scored higher, or scored at all) in A
+        and do not in B."""
+        return tuple(c for c in self.changes if c.change in ("regressed", "status"))
 
     @property
     def improvements(self) -> tuple[CaseRegression, ...]:
+        """The shared cases that do better in B."""
         return tuple(c for c in self.changes if c.change == "improved")
+
+    @property
+    def added(self) -> tuple[CaseRegression, ...]:
+        """The cases only B has."""
+        return tuple(c for c in self.changes if c.change == "added")
+
+    @property
+    def removed(self) -> tuple[CaseRegression, ...]:
+        """The cases only A has."""
+        return tuple(c for c in self.changes if c.change == "removed")
+
+    @property
+    def shared_case_ids(self) -> tuple[str, ...]:
+        """The cases both runs have, in A's order."""
+        after = {row.case_id for row in self.after.results}
+        return tuple(row.case_id for row in self.before.results if row.case_id in after)
+
+    @property
+    def pass_rate_before(self) -> float | None:
+        """A's pass rate over the shared cases; ``None`` when there are none."""
+        return _shared_pass_rate(self.before, self.shared_case_ids)
+
+    @property
+    def pass_rate_after(self) -> float | None:
+        """B's pass rate over the shared cases; ``None`` when there are none."""
+        return _shared_pass_rate(self.after, self.shared_case_ids)
+
+
+def _shared_pass_rate(report: EvalReport, case_ids: Sequence[str]) -> float | None:
+    """The fraction of ``case_ids`` that passed in ``report``. A case that did not
+    score (failed, waits for a person) counts as not passed, so both runs divide
+    by the same cases and a case that stopped scoring lowers the rate."""
+    wanted = set(case_ids)
+    passed = sum(1 for row in report.results if row.case_id in wanted and row.passed)
+    return passed / len(wanted) if wanted else None
 
 
 def _change(case_id: str, a: CaseResult, b: CaseResult, tolerance: float) -> CaseRegression | None:
@@ -382,7 +425,8 @@ def compare_reports(
     before: EvalReport, after: EvalReport, *, tolerance: float = 1e-9
 ) -> EvalComparison:
     """Per-case differences from ``before`` to ``after``: pass to fail, a score
-    lower by more than ``tolerance``, a status change, cases added or removed."""
+    lower by more than ``tolerance``, a status change (each a regression when
+    worse), and, apart from those, cases added or removed."""
     a = {row.case_id: row for row in before.results}
     b = {row.case_id: row for row in after.results}
     changes: list[CaseRegression] = []

@@ -51,12 +51,14 @@ from dex_agents_ray.mcp._tools import (  # noqa: E402
     MCP_READ_RESOURCE_TOOL_NAME,
     McpTool,
 )
+from dex_agents_ray.session import OUTCOME_UNKNOWN_TOOL_RESULT  # noqa: E402
 
 __all__ = [
     "IDEMPOTENCY_KEY_META_KEY",
     "MCP_GET_PROMPT_TOOL_NAME",
     "MCP_LIST_RESOURCES_AND_PROMPTS_TOOL_NAME",
     "MCP_READ_RESOURCE_TOOL_NAME",
+    "OUTCOME_UNKNOWN_TOOL_RESULT",
     "TOOL_APPROVAL_META_KEY",
     "TOOL_EFFECT_META_KEY",
     "TOOL_OUTCOME_META_KEY",

@@ -135,7 +135,7 @@ async def finish_result(
         # An error result records no image bytes, with a store or without.
         text = _result_text(result, _omitted)
         if outcome == "unknown":
-            raise ToolOutcomeUnknownError(text or _UNKNOWN_WITHOUT_TEXT)
+            raise ToolOutcomeUnknownError(text or _UNKNOWN_WITHOUT_TEXT, show_detail=False)
         if outcome == "rejected":
             raise ToolExecutionError(text or _REJECTED_WITHOUT_TEXT)
         raise ToolExecutionError(text or _ERROR_WITHOUT_TEXT)
@@ -163,6 +163,6 @@ def raise_for_error(code: int, message: str, data: object, where: str) -> None:
     outcome = error_outcome(data, where)
     text = f"MCP error {code}: {message}"
     if outcome == "unknown":
-        raise ToolOutcomeUnknownError(text)
+        raise ToolOutcomeUnknownError(text, show_detail=False)
     if outcome == "rejected":
         raise ToolExecutionError(text)

@@ -176,11 +176,14 @@ class AgentSnapshot:
     usage: AgentUsage = field(default_factory=AgentUsage)
     """The session's total usage."""
     queued_message_count: int = 0
-    """User messages waiting for the next turn."""
+    """User messages waiting for the next turn (``len(queued_messages)``)."""
     plan: AgentPlan | None = None
     """The plan; ``None`` until ``write_todos`` first succeeds."""
     queued_messages: tuple[QueuedUserMessage, ...] = ()
-    """The queued messages with their IDs."""
+    """The queued messages with their IDs, oldest first. The one ``AwaitUserMessage``
+    has taken to start the next turn stays first here until that turn starts and
+    stores it; ``steer_user_message`` and ``delete_queued_message`` then return
+    ``False`` for it."""
     steered_messages: tuple[QueuedUserMessage, ...] = ()
     """Steered messages not applied yet."""
     session_settings: dict[str, Any] = field(default_factory=dict)

@@ -37,8 +37,9 @@ AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE = ActiveStepSearchMode.WITH_WAIT_FOR
 """The active-Step search mode ``start_session`` sets, so a query on
 ``ActiveStepTypes`` finds sessions waiting in ``AwaitToolApproval`` or
 ``AwaitQuestionAnswer``. Pass it in ``config_override`` when starting a session
-with the engine client directly. (This engine indexes every run's active Steps
-whatever the mode.)"""
+with the engine client directly, or to ``update_flow_config`` for a running one.
+The engine indexes a run's active Steps by its mode: with this one only the
+Steps that wait (``Await*``), none with ``ActiveStepSearchMode.DISABLED``."""
 
 T = TypeVar("T")
 

@@ -168,24 +168,68 @@ def select_turn_boundary_cutoff(turn: AgentTurnContext, retained_token_budget: i
 def build_context_summary_prompt(request: ContextSummaryRequest) -> str:
     """One plain-text prompt for a summary call that fits ``input_token_budget``:
     the transcript header, the previous summary, then the messages, leaving out the
-    oldest (with the omission note) when they do not fit."""
-    lines = [CONTEXT_SUMMARY_TRANSCRIPT_HEADER]
-    if request.previous_summary is not None:
-        lines.append(f"{CONTEXT_SUMMARY_NOTE_HEADER}\n{request.previous_summary.text}")
+    oldest (with the omission note) when they do not fit.
+
+    Everything counts against the budget (header, note and the blank lines between
+    parts), so ``estimate_text_tokens`` of the prompt never exceeds it. Messages
+    stay whole; a previous summary too long for the budget is cut at its end, as
+    the note and the newest message matter more than its last lines.
+
+    Raises:
+        ValueError: ``input_token_budget`` cannot hold the header, plus the
+            omission note when messages must be left out.
+    """
+    limit = request.input_token_budget * BYTES_PER_TOKEN  # tokens <= budget iff bytes <= this
     rendered = [_render(message) for message in request.messages]
-    budget = request.input_token_budget - sum(estimate_text_tokens(line) for line in lines)
+    summary = None
+    if request.previous_summary is not None:
+        summary = f"{CONTEXT_SUMMARY_NOTE_HEADER}\n{request.previous_summary.text}"
+    everything = [CONTEXT_SUMMARY_TRANSCRIPT_HEADER, *([summary] if summary else []), *rendered]
+    whole = _SEPARATOR.join(everything)
+    if _size(whole) <= limit:
+        return whole
+    # Room for the note with the most digits it can have: the real one is no longer.
+    note = _SEPARATOR_BYTES + _size(build_context_summary_omission_note(len(rendered)))
+    used = _size(CONTEXT_SUMMARY_TRANSCRIPT_HEADER) + (note if rendered else 0)
+    if used > limit:
+        raise ValueError(
+            f"ContextSummaryRequest.input_token_budget is {request.input_token_budget} "
+            f"tokens; the summary prompt needs at least {-(-used // BYTES_PER_TOKEN)} for "
+            "its header and omission note"
+        )
+    lines = [CONTEXT_SUMMARY_TRANSCRIPT_HEADER]
+    if summary is not None:
+        cut = _cut(summary, limit - used - _SEPARATOR_BYTES)
+        if len(cut) > len(CONTEXT_SUMMARY_NOTE_HEADER) + 1:  # more than the header
+            lines.append(cut)
+            used += _SEPARATOR_BYTES + _size(cut)
     kept: list[str] = []
     for text in reversed(rendered):
-        cost = estimate_text_tokens(text)
-        if cost > budget:
+        cost = _SEPARATOR_BYTES + _size(text)
+        if used + cost > limit:
             break
         kept.append(text)
-        budget -= cost
+        used += cost
     omitted = len(rendered) - len(kept)
     if omitted:
         lines.append(build_context_summary_omission_note(omitted))
     lines.extend(reversed(kept))
-    return "\n\n".join(lines)
+    return _SEPARATOR.join(lines)
+
+
+_SEPARATOR = "\n\n"
+_SEPARATOR_BYTES = len(_SEPARATOR)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, never inside a character."""
+    if limit <= 0:
+        return ""
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
 
 
 def _render(message: AgentMessage) -> str:

@@ -35,12 +35,34 @@ from dex_agents_ray.session._values import (
     json_ready,
 )
 
-__all__ = ["append_messages", "apply_retention", "load_messages", "window_messages"]
+__all__ = [
+    "MessageTooLargeError",
+    "append_messages",
+    "apply_retention",
+    "load_messages",
+    "window_messages",
+]
 
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
 """The hard limit on one chunk's encoded JSON."""
 MAX_CHUNKS_PER_COMMIT = 4
 """At most this many chunks move out of the window in one commit."""
+
+
+class MessageTooLargeError(ValueError):
+    """A message's JSON exceeds ``MAX_CHUNK_BYTES``, more than one chunk may hold.
+
+    No retry can store it, so the Step that stores it fails its turn at once
+    instead of being retried; nothing of the batch it came in is stored.
+    """
+
+    def __init__(self, *, role: str, size: int) -> None:
+        super().__init__(
+            f"the {role} message is {size} bytes of JSON; a stored message holds at most "
+            f"{MAX_CHUNK_BYTES}"
+        )
+        self.role = role
+        self.size = size
 
 
 def encoded_size(message: AgentMessage, context: Context | None = None) -> int:
@@ -174,6 +196,35 @@ def _take_chunk(window: _Window, options: AgentSessionOptions) -> int:
     return count
 
 
+def _stage(
+    context: Context,
+    messages: Sequence[FrameworkMessage],
+    *,
+    last_sequence: int,
+    turn_id: str,
+    now: datetime,
+) -> list[tuple[AgentMessage, str, int]]:
+    """Stage each message in the window and measure it as staged (it is encoded
+    once); when one is too large, take every one back and raise."""
+    staged: list[tuple[AgentMessage, str, int]] = []
+    for message in messages:
+        last_sequence += 1
+        stored = AgentMessage.from_framework(
+            message, sequence=last_sequence, turn_id=turn_id, created_at=now
+        )
+        key = message_sequence_key(stored.sequence)
+        AGENT_MESSAGES.set(context, key, stored)
+        size = stored_size(context, AGENT_MESSAGES, key)
+        if size is None:  # not this engine's Context
+            size = encoded_size(stored, context)
+        staged.append((stored, key, size))
+        if size > MAX_CHUNK_BYTES:
+            for _, taken, _ in staged:
+                AGENT_MESSAGES.delete(context, taken)
+            raise MessageTooLargeError(role=stored.role.value, size=size)
+    return staged
+
+
 def append_messages(
     context: Context,
     options: AgentSessionOptions,
@@ -186,7 +237,8 @@ def append_messages(
     """Store ``messages`` after ``last_sequence``; returns the new last sequence.
 
     Raises:
-        ValueError: A message's JSON exceeds 8 MiB, more than a chunk may hold.
+        MessageTooLargeError: A message's JSON exceeds 8 MiB, more than a chunk
+            may hold; none of ``messages`` is stored then.
     """
     if not messages:
         return last_sequence
@@ -194,21 +246,9 @@ def append_messages(
     chunks = list(index.chunks) if index is not None else []
     window = _Window(context)
     index_changed = False
-    for message in messages:
-        last_sequence += 1
-        stored = AgentMessage.from_framework(
-            message, sequence=last_sequence, turn_id=turn_id, created_at=now
-        )
-        key = message_sequence_key(stored.sequence)
-        # Staged first and measured as staged: the message is encoded once.
-        AGENT_MESSAGES.set(context, key, stored)
-        size = stored_size(context, AGENT_MESSAGES, key)
-        if size is None:  # not this engine's Context
-            size = encoded_size(stored, context)
-        if size > MAX_CHUNK_BYTES:
-            raise ValueError(
-                f"message {last_sequence} is {size} bytes of JSON; the limit is {MAX_CHUNK_BYTES}"
-            )
+    staged = _stage(context, messages, last_sequence=last_sequence, turn_id=turn_id, now=now)
+    for stored, key, size in staged:
+        last_sequence = stored.sequence
         if size > options.message_chunk_max_bytes:
             AGENT_MESSAGES.delete(context, key)  # it goes into a chunk of its own instead
             # Chunks hold consecutive messages, so the window moves out first.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "MISSING_TOOL_TASK_POLLER",
@@ -93,8 +94,27 @@ class ToolExecutionError(Exception):
 
 
 class ToolOutcomeUnknownError(Exception):
-    """The tool sent a write and cannot tell whether it took effect: ``outcome_unknown``."""
+    """The tool sent a write and cannot tell whether it took effect: ``outcome_unknown``.
 
-    def __init__(self, message: str) -> None:
+    By default the model reads the outcome-unknown text followed by ``message``.
+    ``show_detail=False`` is for an outcome the tool itself reported unknown (an
+    MCP result with ``outcome: unknown``, a connector's uncertain branch): the
+    model then reads exactly ``OUTCOME_UNKNOWN_TOOL_RESULT``, and ``message``,
+    text the tool wrote, goes only to the record's ``error``.
+    """
+
+    def __init__(self, message: str, *, show_detail: bool = True) -> None:
         super().__init__(message)
         self.message = message
+        self.show_detail = show_detail
+        """Whether the model reads ``message`` after the outcome-unknown text."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep ``show_detail`` across pickling (Ray errors), which replays only ``args``.
+        return (_outcome_unknown_error, (type(self), self.message, self.show_detail))
+
+
+def _outcome_unknown_error(
+    cls: type[ToolOutcomeUnknownError], message: str, show_detail: bool
+) -> ToolOutcomeUnknownError:
+    return cls(message, show_detail=show_detail)

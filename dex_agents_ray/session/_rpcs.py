@@ -11,6 +11,7 @@ from typing import Any
 
 from dex import Context
 
+from dex_agents_ray.engine import taken_channel_messages
 from dex_agents_ray.media import ImageValidationError, validate_image_references
 from dex_agents_ray.session._api import (
     MAX_LIST_MESSAGES_LIMIT,
@@ -293,7 +294,15 @@ def answer_question(context: Context, request: AnswerQuestionRequest) -> bool:
 
 
 def _queued(context: Context, steered: bool) -> tuple[QueuedUserMessage, ...]:
+    """The queued (or steered) messages. A queued message ``AwaitUserMessage`` has
+    taken comes first: the engine took it off the Channel for the Step, and it
+    is stored with its turn only when that turn starts, so until then it is
+    listed here (and a client that checks what it sent does not send it again).
+    Steered messages leave their Channel in the commit that applies them."""
     channel = STEERED_USER_MESSAGES if steered else QUEUED_USER_MESSAGES
+    entries = list(channel.pending_messages(context))
+    if not steered:
+        entries = [*taken_channel_messages(context, channel), *entries]
     return tuple(
         QueuedUserMessage(
             message_id=entry.message_id,
@@ -301,7 +310,7 @@ def _queued(context: Context, steered: bool) -> tuple[QueuedUserMessage, ...]:
             images=entry.value.images,
             plan_mode=entry.value.plan_mode,
         )
-        for entry in channel.pending_messages(context)
+        for entry in entries
     )
 
 

@@ -23,7 +23,12 @@ from dex_agents_ray.engine import RayTaskOptions
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._api import AgentEvent, AgentEventType
 from dex_agents_ray.session._metadata import ModelCallMetadata
-from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
+from dex_agents_ray.session._policy import (
+    BuiltInTool,
+    ToolEffect,
+    ToolOutcomeUnknownError,
+    ToolPolicy,
+)
 from dex_agents_ray.session._values import (
     AgentMessage,
     AgentPlan,
@@ -587,8 +592,24 @@ def describe_tool_call_outcome(record: AgentToolCall) -> str:
         if record.rejection_message:
             return f"{REJECTED_TEXT} Reason: {record.rejection_message}"
         return REJECTED_TEXT
+    if record.output is not None:  # the tool reported the outcome unknown itself
+        return record.output
     detail = f" Detail: {record.error}" if record.error else ""
     return OUTCOME_UNKNOWN_TEXT + detail
+
+
+def outcome_unknown_fields(error: ToolOutcomeUnknownError) -> dict[str, str | None]:
+    """The record fields of a call whose tool raised ``error``.
+
+    ``error`` keeps the tool's text; ``output`` is ``OUTCOME_UNKNOWN_TOOL_RESULT``
+    when ``error.show_detail`` is false, so :func:`describe_tool_call_outcome`
+    gives the model exactly that constant, and ``None`` otherwise (the
+    outcome-unknown text followed by the detail, as records stored before).
+    """
+    return {
+        "error": error.message,
+        "output": None if error.show_detail else OUTCOME_UNKNOWN_TOOL_RESULT,
+    }
 
 
 def build_turn_failure_note(records: Sequence[AgentToolCall]) -> str:

@@ -207,15 +207,24 @@ class SessionConfig:
 
 
 class Heartbeats:
-    """Background heartbeats of one attempt, carrying its latest checkpoint."""
+    """Background heartbeats of one attempt, carrying its latest checkpoint.
 
-    def __init__(self, context: AsyncContext, checkpoint: str | None) -> None:
+    With ``marks_start`` every beat carries a value, ``None`` until a checkpoint
+    is saved: the store keeps the last value for the Step's next attempt, so a
+    tool Step's retry can tell that an earlier attempt started the tool even
+    when that attempt saved no checkpoint.
+    """
+
+    def __init__(
+        self, context: AsyncContext, checkpoint: str | None, *, marks_start: bool = False
+    ) -> None:
         self._context = context
         self.checkpoint = checkpoint
+        self._marks_start = marks_start
 
     async def beat(self) -> None:
         """One heartbeat now, with the checkpoint when there is one."""
-        if self.checkpoint is None:
+        if self.checkpoint is None and not self._marks_start:
             await self._context.heartbeat()
         else:
             await self._context.heartbeat(self.checkpoint)

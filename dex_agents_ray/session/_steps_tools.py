@@ -51,6 +51,7 @@ from dex_agents_ray.session._runner import (
     ToolTaskPoller,
     ToolTaskStarted,
     implements,
+    outcome_unknown_fields,
 )
 from dex_agents_ray.session._schema import (
     AGENT_TOOL_CALLS,
@@ -150,12 +151,21 @@ def _ask(context: Context, record: AgentToolCall, request: ToolInputRequested) -
     return dex.go_to_many(question_movement(record.tool_call_id, raises))
 
 
+def _started_before(context: Context) -> bool:
+    """Whether an earlier attempt of this Step wrote ``tool_call_started``: every
+    attempt heartbeats with a value right after it (``marks_start``), and the
+    store keeps the last value for the next attempt, even after its host died."""
+    return context.has_last_heartbeat_value()
+
+
 async def _run_tool(step: _ToolStep, context: AsyncContext, tool_call_id: str) -> StepDecision:
     config = step.config
     record = load_record(context, tool_call_id)
     if record.is_final or record.status is not AgentToolCallStatus.APPROVED:
         return dex.dead_end()
-    reason = control_reason(context, record.turn_id)
+    # A tool that has started runs to the end: a retry after a started attempt
+    # runs however the turn was steered or cancelled since.
+    reason = None if _started_before(context) else control_reason(context, record.turn_id)
     if reason is not None:
         # Steered or cancelled before it started: it never runs.
         finish_record(
@@ -168,7 +178,7 @@ async def _run_tool(step: _ToolStep, context: AsyncContext, tool_call_id: str) -
         {"tool_call_id": record.tool_call_id, "tool_name": record.tool_name},
         turn_id=record.turn_id,
     )
-    beats = Heartbeats(context, previous_checkpoint(context))
+    beats = Heartbeats(context, previous_checkpoint(context), marks_start=True)
     await beats.beat()
     runner = config.runner
     writer = config.event_writer(context, record.turn_id)
@@ -193,7 +203,11 @@ async def _run_tool(step: _ToolStep, context: AsyncContext, tool_call_id: str) -
         return dex.dead_end()
     except ToolOutcomeUnknownError as error:
         finish_record(
-            context, config, record, AgentToolCallStatus.OUTCOME_UNKNOWN, error=error.message
+            context,
+            config,
+            record,
+            AgentToolCallStatus.OUTCOME_UNKNOWN,
+            **outcome_unknown_fields(error),
         )
         return dex.dead_end()
     finally:
@@ -315,7 +329,11 @@ class PollToolTask(_ToolStep):
             return dex.dead_end()
         except ToolOutcomeUnknownError as error:
             finish_record(
-                context, config, record, AgentToolCallStatus.OUTCOME_UNKNOWN, error=error.message
+                context,
+                config,
+                record,
+                AgentToolCallStatus.OUTCOME_UNKNOWN,
+                **outcome_unknown_fields(error),
             )
             return dex.dead_end()
         finally:

@@ -14,9 +14,11 @@ ended and do nothing).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
@@ -133,6 +135,15 @@ _TURN_RETRY = RetryPolicy(
 )
 
 
+async def _user_messages(
+    config: SessionConfig, messages: Sequence[AgentUserMessage]
+) -> list[FrameworkMessage]:
+    """The runner's messages for ``messages``, built in a thread: the builders are
+    synchronous runner code, and the host's event loop serves every session it
+    holds (their RPCs, a snapshot read included) while one of them builds."""
+    return await asyncio.to_thread(lambda: [_user_message(config, m) for m in messages])
+
+
 def _user_message(config: SessionConfig, message: AgentUserMessage) -> FrameworkMessage:
     """The runner's message for ``message``, with the session's copy of its images."""
     runner = config.runner
@@ -176,7 +187,7 @@ class StartAgentSession(_TurnStep):
             AGENT_STATE.set(context, state)
             return dex.go_to(AwaitUserMessage, None)
         message = AgentUserMessage(text=text, images=input.images)
-        begin_turn(context, self.config, state, _user_message(self.config, message))
+        begin_turn(context, self.config, state, await _user_messages(self.config, [message]))
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
@@ -217,9 +228,8 @@ class AwaitUserMessage(_TurnStep):
             state = replace(state, active_turn_id=None)
         if messages:
             mode = planning_mode(context, messages[:1])
-            begin_turn(
-                context, self.config, state, _user_message(self.config, messages[0]), mode=mode
-            )
+            built = await _user_messages(self.config, messages[:1])
+            begin_turn(context, self.config, state, built, mode=mode)
             return dex.go_to_many(run_model_movement(context, self.config))
         plan = _executable_plan(context)
         approvals = (
@@ -511,7 +521,7 @@ class ApplyTurnControl(Step[str]):
             )
         if not steering:
             return dex.go_to(AwaitUserMessage, None)
-        messages = [_user_message(config, entry.value) for entry in steering]
+        messages = await _user_messages(config, [entry.value for entry in steering])
         mode = planning_mode(context, [entry.value for entry in steering])
         begin_turn(context, config, state, messages, mode=mode)
         return dex.go_to_many(run_model_movement(context, self.config))

@@ -12,7 +12,12 @@ from dex import AsyncContext, Context, StepDecision
 
 from dex_agents_ray.media import validate_image_references
 from dex_agents_ray.session._api import AgentEventType
-from dex_agents_ray.session._messages import append_messages, apply_retention, load_messages
+from dex_agents_ray.session._messages import (
+    MessageTooLargeError,
+    append_messages,
+    apply_retention,
+    load_messages,
+)
 from dex_agents_ray.session._runner import (
     AgentEventWriter,
     AgentTurnContext,
@@ -104,7 +109,11 @@ def begin_turn(
     mode: InteractionMode = InteractionMode.CHAT,
 ) -> AgentState:
     """Store the turn's user message(s) (a steered turn has one per steered message,
-    in order) and make the turn active (status ``running_model``) in ``mode``."""
+    in order) and make the turn active (status ``running_model``) in ``mode``.
+
+    A message too large to store fails the turn at once (no retry could store
+    it): the returned state has no active turn and says why in ``last_turn_error``.
+    """
     messages = [message] if isinstance(message, FrameworkMessage) else list(message)
     if not messages:
         raise ValueError("a turn starts with at least one user message")
@@ -115,14 +124,17 @@ def begin_turn(
     turn_number = state.turn_count + 1
     turn_id = f"turn-{turn_number}"
     first = state.last_sequence + 1
-    last = append_messages(
-        context,
-        config.options,
-        last_sequence=state.last_sequence,
-        turn_id=turn_id,
-        messages=messages,
-        now=utc_now(),
-    )
+    try:
+        last = append_messages(
+            context,
+            config.options,
+            last_sequence=state.last_sequence,
+            turn_id=turn_id,
+            messages=messages,
+            now=utc_now(),
+        )
+    except MessageTooLargeError as error:
+        return _refuse_turn(context, config, state, turn_id, f"the user message: {error}")
     TURN_REPLY_SEQUENCE.set(context, TurnReplySequence(turn_id=turn_id, first_sequence=last + 1))
     # The turn's own copy: its model calls read only this, so a settings update
     # (or a crash) while it runs changes nothing for it.
@@ -145,6 +157,24 @@ def begin_turn(
     AGENT_STATE.set(context, started)
     config.emit(context, AgentEventType.TURN_STARTED, {"sequence": first}, turn_id=turn_id)
     return started
+
+
+def _refuse_turn(
+    context: Context, config: SessionConfig, state: AgentState, turn_id: str, error: str
+) -> AgentState:
+    """Start turn ``turn_id`` and fail it at once, storing nothing of it."""
+    refused = replace(
+        state,
+        status=AgentStatus.WAITING_FOR_USER_MESSAGE,
+        turn_count=state.turn_count + 1,
+        active_turn_id=None,
+        last_turn_error=error,
+    )
+    AGENT_STATE.set(context, refused)
+    sequence = {"sequence": state.last_sequence + 1}
+    config.emit(context, AgentEventType.TURN_STARTED, sequence, turn_id=turn_id)
+    config.emit(context, AgentEventType.TURN_FAILED, {"error": error}, turn_id=turn_id)
+    return refused
 
 
 def planning_mode(context: Context, messages: Sequence[AgentUserMessage]) -> InteractionMode:
@@ -326,12 +356,23 @@ def _store_unfinished(
                 "build_unfinished_turn_messages failed; storing only the note", exc_info=True
             )
             messages = []
+    note: list[FrameworkMessage] = []
     if records:
-        note = runner.build_user_message(build_turn_failure_note(records))
-        if not isinstance(note, FrameworkMessage) or note.role is not MessageRole.USER:
+        built = runner.build_user_message(build_turn_failure_note(records))
+        if not isinstance(built, FrameworkMessage) or built.role is not MessageRole.USER:
             raise ValueError("build_user_message must return a user FrameworkMessage")
-        messages.append(note)
-    return _store(context, config, state, messages)
+        note.append(built)
+    try:
+        return _store(context, config, state, messages + note)
+    except MessageTooLargeError:
+        if not messages:
+            raise
+        logger.warning(
+            "build_unfinished_turn_messages returned a message too large to store; "
+            "storing only the note",
+            exc_info=True,
+        )
+        return _store(context, config, state, note)
 
 
 def _await_user_message() -> Any:
@@ -353,7 +394,24 @@ def apply_outcome(
     turn: AgentTurnContext,
     outcome: object,
 ) -> StepDecision:
-    """Commit what ``run_model_step`` returned and choose the next Step."""
+    """Commit what ``run_model_step`` returned and choose the next Step.
+
+    A message too large to store fails the turn at once: no retry of the model
+    call could store it (the outcome's usage stays recorded).
+    """
+    try:
+        return _apply_outcome(context, config, state, turn, outcome)
+    except MessageTooLargeError as error:
+        return fail_turn(context, config, state, f"the runner's reply: {error}", turn)
+
+
+def _apply_outcome(
+    context: Context,
+    config: SessionConfig,
+    state: AgentState,
+    turn: AgentTurnContext,
+    outcome: object,
+) -> StepDecision:
     has_builder = implements(config.runner, UnfinishedTurnMessageBuilder)
     if isinstance(outcome, TurnCompleted):
         messages = require_messages(list(outcome.new_messages), "TurnCompleted.new_messages")

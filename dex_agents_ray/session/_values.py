@@ -330,7 +330,10 @@ class AgentToolCall:
     built_in_tool: BuiltInTool | None = None
     """The built-in tool this call runs; ``None`` for an ordinary tool."""
     output: str | None = None
-    """The model-visible result text; ``None`` until the call succeeds."""
+    """The model-visible result text; ``None`` until the call succeeds. An
+    ``outcome_unknown`` call whose tool reported the outcome unknown itself
+    (``ToolOutcomeUnknownError(show_detail=False)``) holds exactly
+    ``OUTCOME_UNKNOWN_TOOL_RESULT``, the text its model reads."""
     error: str | None = None
     """Why the call ``failed`` or is ``outcome_unknown``; ``None`` otherwise."""
     rejection_message: str | None = None
@@ -723,12 +726,17 @@ class ContextSummary:
 
 
 def json_ready(value: Any) -> Any:
-    """``value`` with enums, datetimes and dataclasses as JSON data (for event payloads)."""
+    """``value`` with enums, datetimes and dataclasses as JSON data (for event payloads
+    and browser snapshots). An image reference takes its wire form, ``{"type":
+    "image", ...}``, so a browser reads the same JSON the spec shows and
+    ``AgentImageReference.from_dict`` reads it back."""
     kind = type(value)
     if kind in _JSON_SCALARS:  # most values: before the costlier tests below
         return value
     if kind is dict:
         return {key: json_ready(item) for key, item in value.items()}
+    if kind is AgentImageReference:
+        return value.to_dict()
     dataclass_type = _dataclass_types.get(kind)
     if dataclass_type is None:
         dataclass_type = _dataclass_type(kind)

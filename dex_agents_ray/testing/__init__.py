@@ -1,14 +1,17 @@
 """Test helpers users can use too: the spec's testing kit (``AgentTestStack``,
-``wait_until``, ``wait_for_agent_snapshot``, ``read_step_history``), gates,
-invocation counts, crash injection, a scripted model, and a session driven past a
-small context window. The chaos campaign is ``dex_agents_ray.testing.chaos``.
+``run_agent_worker``, ``wait_until``, ``wait_for_agent_snapshot``,
+``read_step_history``), gates, invocation counts, crash injection, a scripted
+model, and a session driven past a small context window. The chaos campaign is
+``dex_agents_ray.testing.chaos``.
 
-The spec's ``run_agent_worker`` has no counterpart: sessions and tools run in
-Ray actors the engine names and Ray restarts, not in a Worker child process, so
-``worker.kill()`` + ``start_worker()`` is ``AgentTestStack.kill_session_host``."""
+The spec's Worker child is a Ray driver here: ``run_agent_worker([flow])`` in
+the module an ``AgentTestStack`` was given owns the namespace's hosts and
+executors, so ``worker.kill()`` ends them and ``await stack.start_worker()``
+resumes the runs on a new one. ``AgentTestStack.kill_session_host`` crashes one
+host at a time instead."""
 
 from dex_agents_ray.builtin_loop import ScriptedModelClient
-from dex_agents_ray.engine import EXECUTE_COMPLETED_EVENT
+from dex_agents_ray.engine import EXECUTE_COMPLETED_EVENT, StepHistoryEntry
 from dex_agents_ray.testing._crash import gate_before_ack_env, kill_flow_actor, kill_process
 from dex_agents_ray.testing._gates import FileGate, InvocationLog
 from dex_agents_ray.testing._scenarios import (
@@ -21,19 +24,23 @@ from dex_agents_ray.testing._stack import (
     wait_for_agent_snapshot,
     wait_until,
 )
+from dex_agents_ray.testing._worker import AgentWorker, run_agent_worker
 
 __all__ = [
     "EXECUTE_COMPLETED_EVENT",
     "AgentTestStack",
+    "AgentWorker",
     "ContextWindowScenarioResult",
     "ContextWindowSessionScenario",
     "FileGate",
     "InvocationLog",
     "ScriptedModelClient",
+    "StepHistoryEntry",
     "gate_before_ack_env",
     "kill_flow_actor",
     "kill_process",
     "read_step_history",
+    "run_agent_worker",
     "wait_for_agent_snapshot",
     "wait_until",
 ]

@@ -1,20 +1,26 @@
-"""The spec's testing kit ("Testing an adapter"), adapted to the engine.
+"""The spec's testing kit ("Testing an adapter") on the engine.
 
 The spec's kit starts a private Dex engine and a Worker child process, so a test
 can SIGKILL the Worker at an exact moment and start a replacement. Here the
 engine *is* Ray: :class:`AgentTestStack` starts a :class:`FlowEngine` on a
-private namespace and store under ``tmp_path``; the processes that host
-sessions and run tools are Ray actors that Ray replaces after a kill, so
-``worker.kill()`` followed by ``await stack.start_worker()`` becomes one
-``stack.kill_session_host(session_id)`` (or ``kill_tool_executors()``).
+private namespace and store under ``tmp_path``. Given a worker module, as in the
+spec (``AgentTestStack(tmp_path, [flow], "tests.my_worker")``), the stack's own
+engine only calls hosts, and ``await stack.start_worker()`` runs that module in
+a child process whose :func:`run_agent_worker` owns the namespace's hosts,
+executors and scheduler: ``worker.kill()`` ends them all, and the next
+``start_worker()`` resumes the runs. Without a worker module the hosts are Ray
+actors that Ray restarts after a kill, and ``stack.kill_session_host(id)`` (or
+``kill_tool_executors()``) crashes one process at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, cast, overload
@@ -32,12 +38,15 @@ from dex_agents_ray.testing._actors import (
     kill_tool_executors,
 )
 from dex_agents_ray.testing._crash import kill_flow_actor
+from dex_agents_ray.testing._worker import AgentWorker, WorkerConfig, worker_environment
 
 __all__ = ["AgentTestStack", "read_step_history", "wait_for_agent_snapshot", "wait_until"]
 
 T = TypeVar("T")
 
 _POLL_SECONDS = 0.05
+_WORKER_START_SECONDS = 120.0
+"""How long ``start_worker`` waits for a child to join Ray and start its hosts."""
 
 
 class AgentTestStack:
@@ -49,40 +58,73 @@ class AgentTestStack:
     is the SQLite file ``tmp_path / "engine.db"`` unless ``store`` names another
     (a path, a ``postgresql://`` URI or a store config).
 
+    With ``worker_module``, the spec's set-up: no host runs until
+    ``await stack.start_worker()`` starts that module in a child process (its
+    ``__main__`` block calls :func:`run_agent_worker`), and the stack's calls
+    wait for a worker while none runs.
+
     Args:
         tmp_path: The test's directory (pytest's ``tmp_path``).
         flows: The Flows to register.
+        worker_module: The module ``start_worker()`` runs with ``python -m``;
+            ``None``: hosts start on demand in this process's engine.
+        worker_cwd: The child's working directory; default this process's.
+        worker_env: Variables set in the child and in every actor it starts.
         store: The store; default a SQLite file under ``tmp_path``.
         namespace: The Ray namespace; default a fresh ``test-<hex>`` one.
         **engine_options: Passed to :meth:`FlowEngine.start` (``placement``,
-            ``passivate_after``, ``executor_pool``...).
+            ``passivate_after``, ``executor_pool``...), the worker's included.
     """
 
     def __init__(
         self,
         tmp_path: str | Path,
         flows: Sequence[AgentSessionFlow | Any],
+        worker_module: str | None = None,
         *,
+        worker_cwd: str | Path | None = None,
+        worker_env: Mapping[str, str] | None = None,
         store: str | Path | StoreConfig | None = None,
         namespace: str | None = None,
         **engine_options: Any,
     ) -> None:
         if not flows:
             raise ValueError("AgentTestStack needs at least one flow")
+        if worker_module is not None and (
+            not isinstance(worker_module, str)
+            or not all(part.isidentifier() for part in worker_module.split("."))
+        ):
+            raise ValueError(
+                f"AgentTestStack: worker_module must be a module path such as "
+                f"'tests.my_worker', got {worker_module!r}"
+            )
+        if worker_module is None and (worker_cwd is not None or worker_env):
+            raise ValueError("AgentTestStack: worker_cwd and worker_env need a worker_module")
+        env = dict(worker_env or {})
+        bad = [key for key, value in env.items() if not isinstance(value, str) or not key]
+        if bad:
+            raise ValueError(f"AgentTestStack: worker_env values must be strings; see {bad}")
         self.tmp_path = Path(tmp_path)
         self.flows = list(flows)
+        self.worker_module = worker_module
+        self.worker_cwd = Path(worker_cwd) if worker_cwd is not None else None
+        self.worker_env = env
         self.store = store if store is not None else self.tmp_path / "engine.db"
         self.namespace = namespace or f"test-{uuid.uuid4().hex[:12]}"
         self._engine_options = engine_options
         self._engine: FlowEngine | None = None
+        self._workers: list[AgentWorker] = []
 
     def __repr__(self) -> str:
         return f"AgentTestStack(namespace={self.namespace!r}, store={str(self.store)!r})"
 
     async def __aenter__(self) -> AgentTestStack:
         self.tmp_path.mkdir(parents=True, exist_ok=True)
+        options = dict(self._engine_options)
+        if self.worker_module is not None:
+            options["worker_hosts"] = "use"
         self._engine = await FlowEngine.start(
-            self.flows, store=self.store, namespace=self.namespace, **self._engine_options
+            self.flows, store=self.store, namespace=self.namespace, **options
         )
         return self
 
@@ -93,8 +135,13 @@ class AgentTestStack:
         traceback: TracebackType | None,
     ) -> None:
         engine, self._engine = self._engine, None
-        if engine is not None:
-            await engine.shutdown(stop_hosts=True)
+        try:
+            for worker in self._workers:
+                worker.kill()
+                await worker.wait()
+        finally:
+            if engine is not None:
+                await engine.shutdown(stop_hosts=True)
 
     @property
     def engine(self) -> FlowEngine:
@@ -120,10 +167,89 @@ class AgentTestStack:
         """The session's Step history, oldest first (see :func:`read_step_history`)."""
         return await self.engine.client.read_step_history(session_id)
 
+    async def start_worker(self) -> AgentWorker:
+        """Start the Worker child (``python -m <worker_module>``); returns it once its
+        hosts answer, and the runs a killed worker left are running again.
+
+        The child runs in a process group of its own, with ``worker_cwd`` and
+        ``worker_env``; its output goes to ``tmp_path / "worker-<n>.log"``.
+
+        Raises:
+            RuntimeError: The stack has no worker module, a worker it started
+                still runs (kill it first), or the child exited or did not start
+                its hosts within two minutes (its output's end is in the message).
+        """
+        engine = self.engine
+        if self.worker_module is None:
+            raise RuntimeError(
+                "start_worker: this AgentTestStack has no worker module; pass one, as in "
+                "AgentTestStack(tmp_path, [flow], 'tests.my_worker')"
+            )
+        for previous in self._workers:
+            if previous.killed:
+                await previous.wait()  # reap it: its hosts end with it
+        running = [worker for worker in self._workers if worker.is_running()]
+        if running:
+            raise RuntimeError(
+                f"start_worker: worker {running[0].pid} still runs; kill it first "
+                "(one worker owns the namespace's hosts at a time)"
+            )
+        worker = self._spawn(engine, len(self._workers) + 1)
+        self._workers.append(worker)
+        ready = self.tmp_path / f"worker-{len(self._workers)}.ready"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _WORKER_START_SECONDS
+        while not ready.exists():
+            if not worker.is_running() or loop.time() > deadline:
+                worker.kill()
+                await worker.wait()
+                raise RuntimeError(
+                    f"start_worker: {self.worker_module} did not start its hosts "
+                    f"(exit status {worker.process.returncode}); its output ends:\n"
+                    f"{worker.log_tail()}"
+                )
+            await asyncio.sleep(_POLL_SECONDS)
+        engine.forget_hosts()  # handles to a killed worker's hosts answer no more
+        return worker
+
+    def _spawn(self, engine: FlowEngine, number: int) -> AgentWorker:
+        """Write the child's configuration, then start it."""
+        import ray
+        from ray import cloudpickle
+
+        options = {
+            key: value
+            for key, value in self._engine_options.items()
+            if key not in ("placement", "shared_hosts", "ray_address")
+        }
+        config = WorkerConfig(
+            ray_address=str(ray.get_runtime_context().gcs_address),
+            namespace=self.namespace,
+            store=self.store,
+            ready_path=str(self.tmp_path / f"worker-{number}.ready"),
+            flow_types=tuple(flow.get_flow_type() for flow in self.flows),
+            env_vars=dict(self.worker_env),
+            engine_options={**options, "placement": engine.placement},
+        )
+        config_path = self.tmp_path / f"worker-{number}.config"
+        config_path.write_bytes(cloudpickle.dumps(config))  # type: ignore[no-untyped-call]
+        log_path = self.tmp_path / f"worker-{number}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", str(self.worker_module)],
+                cwd=self.worker_cwd,
+                env=worker_environment(config_path, self.worker_env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: kill() ends it whole
+            )
+        return AgentWorker(process, log_path)
+
     async def kill_session_host(self, session_id: str) -> int:
         """SIGKILL the process hosting ``session_id`` now; returns its PID.
 
-        The spec's ``worker.kill()`` then ``await stack.start_worker()``: Ray
+        One host only, where ``worker.kill()`` ends all of a worker's: Ray
         restarts the host, which resumes the session from the store.
         """
         return int(await asyncio.to_thread(kill_flow_actor, self.engine, session_id))

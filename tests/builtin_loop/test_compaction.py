@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from dex_agents_ray import AgentEventType, AgentSessionClient
+from dex_agents_ray import AgentEventType, AgentSessionClient, ContextSummaryRequest
+from dex_agents_ray.builtin_loop import (
+    AgentDefinition,
+    BuiltinLoopAgentRunner,
+    ModelRequest,
+    ModelSettings,
+    ScriptedModelClient,
+    ScriptedModelReply,
+)
 from dex_agents_ray.testing import (
     ContextWindowSessionScenario,
     FileGate,
@@ -18,6 +26,7 @@ from dex_agents_ray.testing import (
     kill_flow_actor,
 )
 from tests.builtin_loop.agents import build_compacting_flow
+from tests.builtin_loop.turns import Transcript
 from tests.session.polling import eventually, read_events, snapshot_when, turn_done
 
 QUESTION = "Where is my order A1? " + "I ordered a desk lamp last week and it has not come. " * 3
@@ -175,3 +184,36 @@ async def test_the_context_window_scenario_drives_a_session_past_its_window(
         await ContextWindowSessionScenario(
             sessions=AgentSessionClient(roomy_engine.client, roomy), session_id="roomy", turns=2
         ).run()
+
+
+async def test_the_summary_request_fits_the_window_with_its_instructions_and_output() -> None:
+    """The spec: the summary request plus ``max_output_tokens`` fits
+    ``input_token_budget``; the instructions are part of that request."""
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> ScriptedModelReply:
+        requests.append(request)
+        return ScriptedModelReply(text="The user asked about orders.")
+
+    model = ScriptedModelClient(respond)
+    agent = AgentDefinition(
+        name="summaries",
+        instructions="You help customers with their orders.",
+        model=model,
+        model_settings=ModelSettings(max_output_tokens=100),
+    )
+    runner = BuiltinLoopAgentRunner(agent)
+    transcript = Transcript()
+    transcript.store([runner.build_user_message(f"{QUESTION} ({i})") for i in range(40)])
+    for window in (300, 600, 2000):
+        request = ContextSummaryRequest(
+            flow_id="s",
+            turn_id="turn-1",
+            attempt=1,
+            previous_summary=None,
+            messages=tuple(transcript.messages),
+            through_sequence=len(transcript.messages),
+            input_token_budget=window,
+        )
+        await runner.summarize_context(request)
+        assert model.estimate_input_tokens(requests[-1]) + 100 <= window

@@ -14,6 +14,8 @@ import pytest
 from dex_agents_ray.builtin_loop import (
     AgentDefinition,
     BuiltinLoopAgentRunner,
+    FrameworkRunnerBase,
+    FrameworkToolSourceRouter,
     ListedTool,
     ModelRequest,
     ScriptedModelClient,
@@ -37,6 +39,8 @@ from dex_agents_ray.session import (
     ToolTaskPending,
     ToolTaskPoll,
     ToolTaskPollOutcome,
+    estimate_stored_input_tokens,
+    estimate_text_tokens,
 )
 from tests.builtin_loop.turns import FLOW_ID, Transcript, execution, record
 
@@ -276,3 +280,63 @@ async def test_a_disabled_built_in_name_may_be_listed() -> None:
     runner = make_runner(model, [FakeSource("a", ["ask_user"])])
     await runner.run_model_step(new_turn(runner))
     assert [tool.name for tool in model.requests[0].tools] == ["lookup_order", "ask_user"]
+
+
+class CachingSource(FakeSource):
+    """A source with ``cached_tools()``: its last listing without I/O (as MCP keeps one)."""
+
+    def __init__(self, source_name: str, tools: Sequence[SourceTool]) -> None:
+        super().__init__(source_name, [tool.name for tool in tools])
+        self.tools = list(tools)
+
+    async def list_tools(self) -> list[SourceTool]:
+        return self.tools
+
+    def cached_tools(self) -> list[SourceTool]:
+        return self.tools
+
+
+def _wide_tool(name: str) -> SourceTool:
+    schema = {
+        "type": "object",
+        "properties": {f"field_{i}": {"type": "string", "description": "x" * 60} for i in range(8)},
+    }
+    return SourceTool(name=name, description=f"{name}: " + "d" * 300, input_schema=schema)
+
+
+async def test_the_compaction_estimate_counts_every_source_s_tool_definitions() -> None:
+    """The spec: ``cached_tools()`` is counted by the synchronous estimate, else the
+    runner's last listing of the source; so the estimate is the model request's."""
+    model = calling()
+    cached = CachingSource("connector", [_wide_tool(f"op_{i}") for i in range(40)])
+    listed = FakeSource("files", ["read_report", "write_report"])
+    runner = make_runner(model, [cached, listed])
+    bare = make_runner(calling(), [])
+    turn = new_turn(runner)
+
+    # Before any listing: the cached tools count, the other source's do not yet.
+    before = await runner.estimate_input_tokens(turn)
+    schema_tokens = sum(len(json.dumps(t.input_schema)) for t in cached.tools) // 3
+    assert before >= await bare.estimate_input_tokens(turn) + schema_tokens
+
+    await runner.run_model_step(turn)
+    after = await runner.estimate_input_tokens(turn)
+    assert after == model.estimate_input_tokens(model.requests[0])
+    assert after > before  # the listed source's last listing counts too
+
+
+async def test_a_framework_adapter_s_estimate_counts_its_sources_tools_too() -> None:
+    class Adapter(FrameworkRunnerBase):
+        def __init__(self, sources: Sequence[Any]) -> None:
+            self._router = FrameworkToolSourceRouter(sources)
+
+    cached = CachingSource("connector", [_wide_tool(f"op_{i}") for i in range(40)])
+    turn = new_turn(make_runner(calling(), []))
+    stored = estimate_stored_input_tokens(turn)
+    tools = sum(
+        estimate_text_tokens(t.name + t.description + json.dumps(t.input_schema))
+        for t in cached.tools
+    )
+
+    assert await Adapter([]).estimate_input_tokens(turn) == stored
+    assert await Adapter([cached]).estimate_input_tokens(turn) >= stored + tools

@@ -66,11 +66,16 @@ def execution(
 
 
 async def outcome(source: ConnectorToolSource, call: DeferredToolExecution) -> tuple[str, str]:
-    """``(status, text)`` the session would record; a Step failure propagates."""
+    """``(status, text)`` the session would record; a Step failure propagates.
+
+    For ``outcome_unknown`` the text is the record's ``error``: every such branch
+    row leaves the model exactly ``OUTCOME_UNKNOWN_TOOL_RESULT``, checked here.
+    """
     try:
         result = await source.execute_deferred_tool_call(call)
     except ToolExecutionError as error:
         return "failed", error.message
     except ToolOutcomeUnknownError as error:
+        assert error.show_detail is False, "a connector branch's detail goes to error only"
         return "outcome_unknown", error.message
     return "succeeded", result.output

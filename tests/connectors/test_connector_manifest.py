@@ -3,7 +3,6 @@ the default names, the effect table, the Step options."""
 
 from __future__ import annotations
 
-import json
 import pickle
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from dex import RetryPolicy
 
 import dex_agents_ray.connectors as package
+import dex_agents_ray.session as session
 from dex_agents_ray import ToolEffect
 from dex_agents_ray.builtin_loop import AgentDefinition, ScriptedModelClient
 from dex_agents_ray.connectors import (
@@ -23,7 +23,7 @@ from dex_agents_ray.connectors import (
     connector_snake_case,
     connector_tool,
 )
-from dex_agents_ray.connectors._manifest import check_input_schema, load_manifest
+from dex_agents_ray.connectors._manifest import check_input_schema
 from tests.connectors.provider import Provider
 from tests.connectors.support import CONFORMANCE, lab_tool, ledger, ledger_tool
 
@@ -36,6 +36,7 @@ EXPORTS = [
     "FENCE_MARKER_VERSION",
     "MANIFEST_FILE_NAME",
     "MAX_CONNECTOR_ATTEMPTS",
+    "OUTCOME_UNKNOWN_TOOL_RESULT",
     "UNCERTAIN_BRANCH",
     "ApprovalPredicate",
     "Call",
@@ -69,6 +70,7 @@ def test_exports() -> None:
     assert package.__all__ == EXPORTS
     assert all(getattr(package, name) is not None for name in EXPORTS)
     assert package.DEFAULT_CONNECTOR_RESULT_MAX_BYTES == 64 * 1024
+    assert package.OUTCOME_UNKNOWN_TOOL_RESULT is session.OUTCOME_UNKNOWN_TOOL_RESULT
 
 
 def test_the_step_context_exposes_only_what_the_fence_uses() -> None:
@@ -125,20 +127,29 @@ def test_the_effect_comes_from_the_manifest(provider: Provider) -> None:
     }
 
 
-def test_step_options_are_the_operations_with_at_most_three_attempts(provider: Provider) -> None:
+def test_step_options_are_the_manifests_execution_with_at_most_three_attempts(
+    provider: Provider,
+) -> None:
     query = ledger_tool(provider, "get_balance").step_options
     safe = ledger_tool(provider, "post_entry").step_options
     once = ledger_tool(provider, "create_refund").step_options
-    source = ConnectorToolSource([lab_tool("pickBranch", mutation=False)])
+    lab = ConnectorToolSource([lab_tool("pickBranch", mutation=False)]).tools[0].step_options
 
-    assert query is not None and safe is not None and once is not None
+    assert query is not None and safe is not None and once is not None and lab is not None
     assert query.timeout == timedelta(seconds=45)
+    assert query.heartbeat_timeout == timedelta(minutes=1, seconds=30)
     assert query.retry_policy == RetryPolicy(
-        initial_interval=timedelta(seconds=1), maximum_attempts=3
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,  # the manifest says 5
+        total_duration=timedelta(hours=1),
     )
-    assert safe.retry_policy == query.retry_policy
+    assert safe.retry_policy == query.retry_policy and safe.heartbeat_timeout is None
     assert once.timeout == timedelta(seconds=45) and once.retry_policy is None
-    assert source.tools[0].step_options is None  # an operation without get_step_options
+    assert lab.timeout == timedelta(seconds=30) and lab.retry_policy is not None
+    assert lab.retry_policy.maximum_interval == timedelta(seconds=10)
+    assert lab.retry_policy.maximum_attempts == 3
 
 
 @pytest.mark.parametrize(
@@ -152,10 +163,14 @@ def test_step_options_are_the_operations_with_at_most_three_attempts(provider: P
         ("oddSchema", False, r"properties.branch: unsupported keywords \['pattern'\]"),
         ("oddNestedSchema", False, r"unsupported keywords \['oneOf'\]"),
         ("oddRef", False, r"unsupported keywords \['definitions'\]"),
-        ("oddBranchKey", False, "'ok', which is not an optional branch"),
+        ("oddBranchKey", False, "'ok', which is not a declared branch other than a success"),
         ("unknownOnQuery", False, "is unknown, but a Query changes nothing"),
         ("oddBranchValue", True, "must be rejected or unknown"),
-        ("kindMismatch", True, "the manifest says query, the operation is a mutation"),
+        (
+            "kindMismatch",
+            True,
+            "the manifest's kind is query, but lab.kindMismatch.. has no run_query",
+        ),
         ("badInputType", False, "has no input type NoSuchInput"),
         ("noSuchOperation", False, "the manifest has no such operation"),
     ],
@@ -177,6 +192,7 @@ def test_only_connector_operations_are_tools() -> None:
 
     class WriteWithoutKey:
         connector_id, operation_name = "lab", "pickWrite"
+        connector_package = "dexconn_lab"
 
         async def run_mutation(self, call: object, context: object) -> None:
             return None
@@ -219,18 +235,6 @@ def test_the_input_schema_subset(schema: dict[str, object], error: str | None) -
     else:
         with pytest.raises(ConnectorManifestError, match=error):
             check_input_schema(schema)
-
-
-def test_a_newer_manifest_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    package_dir = tmp_path / "dexconn_future"
-    package_dir.mkdir()
-    (package_dir / "__init__.py").write_text("")
-    manifest = {"manifestVersion": 2, "connectorId": "future", "operations": {}}
-    (package_dir / "dex-connector.json").write_text(json.dumps(manifest))
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-    with pytest.raises(ConnectorManifestError, match="manifestVersion 2 is newer"):
-        load_manifest("dexconn_future")
 
 
 def test_tool_names_are_unique_and_the_source_declares_them(provider: Provider) -> None:

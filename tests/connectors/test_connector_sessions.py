@@ -14,7 +14,11 @@ from dex_agents_ray import (
     ToolEffect,
     ToolPolicy,
 )
-from dex_agents_ray.connectors import DEFAULT_CONNECTOR_RESULT_MAX_BYTES, ConnectorToolSource
+from dex_agents_ray.connectors import (
+    DEFAULT_CONNECTOR_RESULT_MAX_BYTES,
+    OUTCOME_UNKNOWN_TOOL_RESULT,
+    ConnectorToolSource,
+)
 from dex_agents_ray.testing import kill_flow_actor
 from tests.connectors.agents import connector_flow
 from tests.connectors.provider import Answer, Provider
@@ -145,6 +149,40 @@ async def test_ordered_writes_stop_after_a_failed_middle_write(
     ]
     assert [r.body["amount"] for r in provider.to("/refunds")] == [700, 9]  # in model order
     assert provider.to("/entries") == []  # skipped: never sent
+
+
+async def test_an_unknown_branch_shows_the_model_only_the_constant(
+    engine_factory: Any, provider: Provider
+) -> None:
+    provider.script("/refunds", Answer(404, {"message": "no charge ch_1"}))
+    flow = connector_flow(
+        "ConnectorUnknownBranch",
+        _source(provider, "create_refund", "get_balance"),
+        [("c1", "ledger_create_refund", REFUND), ("c2", "ledger_get_balance", {"account": "A1"})],
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    held = provider.hold("/balance")  # keeps the turn open while the refund's record is final
+
+    def refunded(snapshot: AgentSnapshot) -> bool:
+        return any(r.tool_call_id == "c1" and r.is_final for r in snapshot.tool_calls)
+
+    await sessions.start_session("unknown", "go")
+    try:
+        running = await snapshot_when(sessions, "unknown", refunded, timeout=120)
+    finally:
+        held.set()
+    answer = await _answer(sessions, "unknown")
+
+    # chargeMissing is listed unknown: the model reads exactly the constant, and the
+    # branch's text is the record's error.
+    [record] = [r for r in running.tool_calls if r.tool_call_id == "c1"]
+    assert record.status.value == "outcome_unknown"
+    assert record.error == (
+        "ledger createRefund returned chargeMissing: charge_missing: no charge ch_1"
+    )
+    assert answer.split(" | ")[0] == f"ledger_create_refund: {OUTCOME_UNKNOWN_TOOL_RESULT}"
+    assert len(provider.to("/refunds")) == 1
 
 
 async def test_a_session_policy_changes_only_the_approval(

@@ -26,7 +26,6 @@ NOT_PROVIDED = {
     "skip_timer": "not built yet (a time-skipping engine clock is planned)",
     "time_travel": "not built",
     "trigger_continue_as_new": "not built",
-    "update_flow_config": "not built yet (the spec's session settings need it)",
     "wait_for_attribute_match": "not built",
     "wait_for_step_completion": "not built",
     "write_stream": "not built",

@@ -10,7 +10,7 @@ import pytest
 
 from dex_agents_ray.cli import main
 
-CASES = [
+CASES: list[dict[str, object]] = [
     {"id": "where", "input": "Where is order A2?", "expected": "shipped"},
     {"id": "refund", "input": "Please refund 300 on order A1.", "expected": "refunded 300"},
     {"id": "ask", "input": "I want a refund of 200.", "answers": ["It is A4"], "expected": "200"},
@@ -96,7 +96,10 @@ def test_eval_runs_the_support_agent_and_compare_finds_the_regression(
         ("where", "regressed"),
         ("wrong", "improved"),
     }
-    assert lines[-1].startswith("pass rate 0.75 -> 0.75; 1 regressed, 1 improved")
+    assert lines[-1] == (
+        "pass rate 0.75 -> 0.75 over the 4 shared cases; "
+        "1 regressed, 1 improved; 0 added, 0 removed"
+    )
 
 
 def test_eval_refuses_bad_cases_naming_the_line_and_changes_nothing(

@@ -214,7 +214,8 @@ def test_compare_lists_per_case_changes() -> None:
         ("new", "added"),
         ("w", "status"),
     }
-    assert {c.case_id for c in comparison.regressions} == {"x", "z", "gone", "w"}
+    assert {c.case_id for c in comparison.regressions} == {"x", "z", "w"}
+    assert [c.case_id for c in comparison.removed] == ["gone"]
     assert compare_reports(before, before).changes == ()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -72,6 +73,7 @@ async def test_the_outcome_table(
     tools: McpToolSource, mcp_http: HttpMcpServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     seen: dict[str, tuple[type[Exception] | None, str]] = {}
+    details: dict[str, tuple[bool, bool, str]] = {}
     with caplog.at_level(logging.WARNING, logger="dex_agents_ray.mcp"):
         for tool in TABLE:
             try:
@@ -80,6 +82,9 @@ async def test_the_outcome_table(
                 result = await tools.execute_deferred_tool_call(call)
             except (FAILED, UNKNOWN, INTERRUPTED) as error:
                 seen[tool] = (type(error), error.message)
+                if isinstance(error, UNKNOWN):  # the model reads the constant, not the text
+                    copied = pickle.loads(pickle.dumps(error))
+                    details[tool] = (error.show_detail, copied.show_detail, copied.message)
             else:
                 assert isinstance(result, ToolExecutionResult)
                 seen[tool] = (None, result.output)
@@ -87,6 +92,11 @@ async def test_the_outcome_table(
     for tool, (raised, text) in TABLE.items():
         assert seen[tool][0] is raised, tool
         assert text in seen[tool][1], (tool, seen[tool][1])
+    assert details == {
+        tool: (False, False, seen[tool][1])
+        for tool, (raised, _) in TABLE.items()
+        if raised is UNKNOWN
+    }
     assert [meta[IDEMPOTENCY_KEY_META_KEY] for _, meta in mcp_http.state.called("repeat_once")] == [
         KEY,
         KEY,

@@ -3,13 +3,20 @@ kill, an elicitation answered by the user, and an MCP server from PyPI."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from dex.dexpb import dex_pb2 as pb
+
 from dex_agents_ray import AgentSessionClient, AgentSnapshot, ToolEffect, ToolPolicy
-from dex_agents_ray.mcp import McpStreamableHttpServerConfig, McpToolSource
+from dex_agents_ray.mcp import (
+    OUTCOME_UNKNOWN_TOOL_RESULT,
+    McpStreamableHttpServerConfig,
+    McpToolSource,
+)
 from dex_agents_ray.testing import FileGate, kill_flow_actor
 from tests.mcp.agents import CheckpointGatedSource, mcp_flow, time_server
 from tests.mcp.mcp_server import HttpMcpServer
@@ -56,13 +63,19 @@ async def test_interrupted_calls_are_sent_again_only_when_their_effect_allows(
 
 
 def _checkpoint_stored(store: Path, session_id: str) -> bool:
-    """Whether the store holds a heartbeat checkpoint of the session's ``CallTool``."""
+    """Whether the store holds a heartbeat checkpoint of the session's ``CallTool``
+    (a text value: the null value each attempt starts with is not one)."""
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
         docs = [
             json.loads(doc)
             for (doc,) in db.execute("SELECT doc FROM executions WHERE flow_id = ?", (session_id,))
         ]
-    return any(d["step_type"] == "CallTool" and d.get("heartbeat") for d in docs)
+    return any(
+        d["step_type"] == "CallTool"
+        and d.get("heartbeat")
+        and pb.Value.FromString(base64.b64decode(d["heartbeat"])).HasField("string_value")
+        for d in docs
+    )
 
 
 async def test_a_task_runs_across_a_host_kill_and_resumes_from_its_checkpoint(
@@ -226,3 +239,52 @@ async def test_cancel_turn_during_a_task_poll_sends_tasks_cancel(
     events = await read_events(sessions, "poll", until_type="turn_cancelled")
     finished = [e.payload for e in events if e.type.value == "tool_call_finished"]
     assert [p["status"] for p in finished] == ["outcome_unknown"]
+
+
+async def test_an_unknown_outcome_shows_the_model_exactly_the_constant(
+    engine_factory: Any, mcp_http: HttpMcpServer
+) -> None:
+    """The spec's ``unknown`` row: the model reads ``OUTCOME_UNKNOWN_TOOL_RESULT`` and
+    nothing else; the server's text goes to the record's ``error``. A call held at
+    its approval keeps the turn open, so the snapshot still shows the final records."""
+    tools = McpToolSource([McpStreamableHttpServerConfig(name="t", url=mcp_http.url)])
+    flow = mcp_flow(
+        "McpUnknown",
+        tools,
+        [
+            ("c1", "t__outcome_unknown", {}),
+            ("c2", "t__outcome_unknown_rpc", {}),
+            ("c3", "t__internal_error_write", {}),
+            ("c4", "t__echo", {"text": "held"}),
+        ],
+        tool_policies={
+            "t__internal_error_write": ToolPolicy(ToolEffect.UNCLASSIFIED, False),
+            "t__echo": ToolPolicy(ToolEffect.READ, True),
+        },
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("unknown", "go")
+
+    def settled(snapshot: AgentSnapshot) -> bool:
+        records = {r.tool_call_id: r for r in snapshot.tool_calls}
+        return bool(snapshot.pending_interrupts) and all(
+            key in records and records[key].is_final for key in ("c1", "c2", "c3")
+        )
+
+    held = await snapshot_when(sessions, "unknown", settled, timeout=120)
+    records = {r.tool_call_id: r for r in held.tool_calls}
+    assert {key: records[key].status.value for key in ("c1", "c2", "c3")} == dict.fromkeys(
+        ("c1", "c2", "c3"), "outcome_unknown"
+    )
+    assert records["c1"].error == "the provider timed out"
+    assert records["c2"].error == "MCP error -32603: gateway lost it"
+    assert await sessions.resolve_interrupt("unknown", "c4", approved=True)
+    done = await _answer(sessions, "unknown")
+
+    seen = dict(part.split(": ", 1) for part in (done.messages[-1].text or "").split(" | "))
+    assert seen["t__outcome_unknown"] == OUTCOME_UNKNOWN_TOOL_RESULT
+    assert seen["t__outcome_unknown_rpc"] == OUTCOME_UNKNOWN_TOOL_RESULT
+    # An interrupted write the server did not report unknown keeps its detail.
+    assert seen["t__internal_error_write"].startswith(OUTCOME_UNKNOWN_TOOL_RESULT + " Detail: ")
+    assert len(mcp_http.state.called("outcome_unknown")) == 1  # a read, never sent again

@@ -63,6 +63,8 @@ class Reply:
     continue_with: str | None = None
     model_gate: str | None = None
     """Wait at gate ``model-<name>`` (logged as reached) before replying."""
+    pad_answer_bytes: int = 0
+    """Pad the final answer's stored item with this many bytes (not streamed)."""
 
 
 def user_message(text: str) -> FrameworkMessage:
@@ -82,7 +84,8 @@ class ScriptedRunner:
     """Replies from ``script[<turn's user text>]``; tools by ``behaviours[<tool name>]``.
 
     Tool behaviours: ``echo`` (returns its arguments), ``gate`` (logs the call,
-    waits at gate ``<tool>-<attempt>``), ``fail`` (``ToolExecutionError``),
+    waits at gate ``<tool>-<attempt>``), ``checkpoint-gate`` (as ``gate``, after
+    saving the heartbeat checkpoint ``<tool> begun``), ``fail`` (``ToolExecutionError``),
     ``unknown`` (``ToolOutcomeUnknownError``), ``crash`` (any exception), ``ask``
     (asks a question first), ``task`` (starts a task, see ``TaskRunner``).
     """
@@ -139,8 +142,11 @@ class ScriptedRunner:
         records = list(turn.tool_calls.values())
         text = answer_text(records)
         turn.events.write_text_delta(text)
+        item = {"answer": text}
+        if reply.pad_answer_bytes:
+            item["pad"] = "p" * reply.pad_answer_bytes
         answer = FrameworkMessage(
-            role=MessageRole.ASSISTANT, framework_item=json.dumps({"answer": text}), text=text
+            role=MessageRole.ASSISTANT, framework_item=json.dumps(item), text=text
         )
         return TurnCompleted(new_messages=[answer], usage=usage, turn_error=reply.turn_error)
 
@@ -150,6 +156,9 @@ class ScriptedRunner:
         self.log(record.tool_name).record(
             f"{record.tool_call_id}/{call.attempt}/{call.idempotency_key}/{os.getpid()}"
         )
+        if behaviour == "checkpoint-gate":
+            await call.save_heartbeat_checkpoint(f"{record.tool_name} begun")
+            behaviour = "gate"
         if behaviour == "gate":
             await FileGate(self.state_dir, f"{record.tool_name}-{call.attempt}").wait_for_release()
             return ToolExecutionResult(output=f"{record.tool_name} done")

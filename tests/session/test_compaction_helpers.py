@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from dex_agents_ray import (
     AgentSessionOptions,
     AgentTurnContext,
     CompactionPolicy,
+    ContextSummary,
     ContextSummaryRequest,
     MessageRole,
     build_context_summary_omission_note,
@@ -89,7 +91,59 @@ def test_the_summary_prompt_leaves_out_the_oldest_that_do_not_fit() -> None:
     assert build_context_summary_omission_note(3) == (
         "[Dex] 3 earlier messages did not fit in this request and are left out."
     )
-    assert estimate_text_tokens(prompt) <= 200 + 40  # the header and note on top
+    assert estimate_text_tokens(prompt) <= 200
+
+
+@pytest.mark.parametrize("budget", [40, 41, 57, 100, 133, 200, 317, 1000, 5000])
+@pytest.mark.parametrize("summary_chars", [0, 50, 2000])
+def test_the_summary_prompt_holds_its_budget_exactly(budget: int, summary_chars: int) -> None:
+    """Header, previous summary, omission note and separators all count: the whole
+    prompt's ``estimate_text_tokens`` is at most ``input_token_budget``."""
+    sizes = [1, 2, 7, 40, 3, 299, 5, 61, 4, 130, 2, 8]
+    messages = tuple(_message(i, 1, f"m{i} " + "é" * n) for i, n in enumerate(sizes, start=1))
+    summary = (
+        None
+        if not summary_chars
+        else ContextSummary(
+            generation=1,
+            first_sequence=1,
+            last_sequence=0,
+            text="s" * summary_chars,
+            created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+    )
+    request = ContextSummaryRequest(
+        flow_id="s",
+        turn_id="turn-1",
+        attempt=1,
+        previous_summary=summary,
+        messages=messages,
+        through_sequence=len(messages),
+        input_token_budget=budget,
+    )
+    prompt = build_context_summary_prompt(request)
+    assert prompt.startswith(CONTEXT_SUMMARY_TRANSCRIPT_HEADER)
+    assert estimate_text_tokens(prompt) <= budget
+    kept = [i for i in range(1, len(sizes) + 1) if f"m{i} " in prompt]
+    assert kept == list(range(len(sizes) - len(kept) + 1, len(sizes) + 1))  # the newest
+    if len(kept) < len(sizes):
+        assert build_context_summary_omission_note(len(sizes) - len(kept)) in prompt
+    if budget >= 5000:
+        assert len(kept) == len(sizes) and (summary is None or summary.text in prompt)
+
+
+def test_a_summary_budget_below_the_header_and_note_is_refused() -> None:
+    request = ContextSummaryRequest(
+        flow_id="s",
+        turn_id="turn-1",
+        attempt=1,
+        previous_summary=None,
+        messages=(_message(1, 1, "x" * 300),),
+        through_sequence=1,
+        input_token_budget=20,
+    )
+    with pytest.raises(ValueError, match="input_token_budget"):
+        build_context_summary_prompt(request)
 
 
 def test_a_policy_is_checked_and_needs_a_compaction_runner(tmp_path: Path) -> None:

@@ -3,13 +3,20 @@ is killed at an exact point (a gate), and each call keeps its effect semantics."
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dex_agents_ray import (
     TOOL_CALL_NOT_RUN_ERROR_PREFIX,
+    AgentEventType,
     AgentSessionClient,
     AgentSessionOptions,
+    AgentToolCallStatus,
     ToolEffect,
     ToolPolicy,
 )
@@ -22,7 +29,7 @@ from dex_agents_ray.testing import (
     kill_process,
 )
 from tests.session.agents import Call, Reply, build_flow
-from tests.session.polling import has_interrupt, snapshot_when, turn_done
+from tests.session.polling import eventually, has_interrupt, read_events, snapshot_when, turn_done
 
 
 def _attempts(state_dir: Path, tool: str) -> list[tuple[str, str]]:
@@ -88,6 +95,70 @@ async def test_host_killed_during_a_single_attempt_write_is_outcome_unknown_and_
     assert TOOL_CALL_NOT_RUN_ERROR_PREFIX not in answer
     assert InvocationLog(state_dir / "work.log").entries()[0].startswith("c1/1/")
     assert len(InvocationLog(state_dir / "work.log").entries()) == 1
+
+
+def _tool_step_heartbeat_stored(store_path: Path, flow_id: str) -> bool:
+    """Whether the store holds a heartbeat value of ``flow_id``'s ``CallTool`` Step:
+    what tells its next attempt that an earlier one started the tool."""
+    db = sqlite3.connect(store_path, timeout=30)
+    try:
+        rows = db.execute("SELECT doc FROM executions WHERE flow_id=?", (flow_id,)).fetchall()
+    finally:
+        db.close()
+    docs = [json.loads(doc) for (doc,) in rows]
+    return any(d["step_type"] == "CallTool" and d["heartbeat"] is not None for d in docs)
+
+
+@pytest.mark.parametrize("behaviour", ["gate", "checkpoint-gate"])
+async def test_a_started_idempotent_write_runs_to_the_end_after_a_crash_and_a_steer(
+    engine_factory: Any, state_dir: Path, store_path: Path, behaviour: str
+) -> None:
+    """The spec: a tool that has started runs to the end, however the turn is
+    steered; its retry (after the host died mid-call) runs with the same key."""
+    session_id = f"crash-steer-{behaviour}"
+    ack = FileGate(state_dir, "ack")
+    options = AgentSessionOptions(
+        tool_policies={"work": ToolPolicy(ToolEffect.IDEMPOTENT_WRITE, requires_approval=False)},
+        # Every attempt waits at "ack" first, so the retry starts after the steer.
+        tool_ray_options_by_name={
+            "work": RayTaskOptions(
+                runtime_env={"env_vars": gate_before_ack_env(str(state_dir), "ack")}
+            )
+        },
+    )
+    script = {"go": [Reply(calls=[Call("c1", "work")]), Reply()], "steer": [Reply()]}
+    flow = build_flow(state_dir, script, {"work": behaviour}, options=options)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    ack.release()
+    FileGate(state_dir, "work-2").release()
+    await sessions.start_session(session_id, "go")
+    await FileGate(state_dir, "work-1").wait_until_reached(timeout=120)
+    await eventually(
+        lambda: asyncio.to_thread(_tool_step_heartbeat_stored, store_path, session_id),
+        timeout=60,
+        description="the tool Step's start stored with its heartbeat",
+    )
+    ack.close()
+    await kill_flow_actor(engine, session_id)
+    assert await sessions.steer_user_message(session_id, text="steer")
+    ack.release()
+
+    done = await snapshot_when(sessions, session_id, turn_done(2), timeout=120)
+    FileGate(state_dir, "work-1").release()
+
+    assert done.messages[-1].text == "no tools"
+    attempts = _attempts(state_dir, "work")
+    assert [attempt for attempt, _ in attempts] == ["1", "2"]
+    assert {key for _, key in attempts} == {f"{session_id}/turn-1/c1"}
+    events = await read_events(sessions, session_id, until_type=AgentEventType.TURN_COMPLETED)
+    finished = [
+        (e.payload["tool_call_id"], e.payload["status"])
+        for e in events
+        if e.type is AgentEventType.TOOL_CALL_FINISHED
+    ]
+    assert finished == [("c1", AgentToolCallStatus.SUCCEEDED)]
+    assert [e.turn_id for e in events if e.type is AgentEventType.TURN_STEERED] == ["turn-1"]
 
 
 async def test_an_approval_survives_a_host_restart(engine_factory: Any, state_dir: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from dex import CodecRegistry, StepDurability
 
 import dex_agents_ray
+import dex_agents_ray.media
 import dex_agents_ray.session
 from dex_agents_ray import (
     AgentEvent,
@@ -222,7 +223,9 @@ def test_exports_are_pinned_and_the_top_level_reexports_the_session() -> None:
     assert len(names) == len(set(names))
     for name in names:
         assert getattr(dex_agents_ray.session, name) is getattr(dex_agents_ray, name)
-    assert dex_agents_ray.__all__ == list(names)
+    # Then the spec's image names, from dex_agents_ray.media (pinned in tests/test_exports.py).
+    assert dex_agents_ray.__all__[: len(names)] == list(names)
+    assert set(dex_agents_ray.__all__[len(names) :]) <= set(dex_agents_ray.media.__all__)
     for name in [
         "AgentSessionClient",
         "AgentSessionFlow",

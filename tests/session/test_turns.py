@@ -16,6 +16,7 @@ from dex_agents_ray import (
     ToolPolicy,
 )
 from dex_agents_ray.media import build_image_reference
+from dex_agents_ray.session._messages import MAX_CHUNK_BYTES
 from dex_agents_ray.session._turns import NEW_MESSAGES_WITHOUT_BUILDER
 from dex_agents_ray.testing import InvocationLog
 from tests.media.media_images import png
@@ -214,3 +215,46 @@ async def test_a_message_larger_than_a_chunk_gets_a_chunk_of_its_own(
     assert [k for k in keys if k.startswith("AgentMessages/")] == ["AgentMessages/000000000004"]
     chunks = [k for k in keys if k.startswith("AgentMessageChunks/")]
     assert chunks == ["AgentMessageChunks/000000000001", "AgentMessageChunks/000000000003"]
+
+
+async def test_a_message_too_large_to_store_fails_its_turn_at_once(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """The spec: a message too large for the Server fails that Step's turn at once;
+    the model is not called again for it, and the session goes on."""
+    script = {"huge": [Reply(pad_answer_bytes=MAX_CHUNK_BYTES + 1)], "small": [Reply()]}
+    flow = build_flow(state_dir, script)
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+
+    await sessions.start_session("s-huge", "huge")
+    failed = await snapshot_when(sessions, "s-huge", turn_done(1), timeout=120)
+    assert failed.state is not None
+    error = failed.state.last_turn_error or ""
+    assert "bytes of JSON" in error and f"at most {MAX_CHUNK_BYTES}" in error
+    assert InvocationLog(state_dir / "model.log").entries() == ["turn-1/0/1"]
+    assert [(m.role.value, m.text) for m in failed.messages] == [("user", "huge")]
+    events = await read_events(sessions, "s-huge", until_type=AgentEventType.TURN_FAILED)
+    assert events[-1].payload == {"error": error}
+
+    # A user message too large to store fails its turn at once too, and is consumed.
+    assert await sessions.send_user_message("s-huge", "u" * (MAX_CHUNK_BYTES + 1))
+    refused = await snapshot_when(sessions, "s-huge", turn_done(2), timeout=120)
+    assert refused.state is not None and refused.queued_messages == ()
+    assert (refused.state.last_turn_error or "").startswith("the user message: ")
+    assert len(InvocationLog(state_dir / "model.log").entries()) == 1
+
+    assert await sessions.send_user_message("s-huge", "small")
+    done = await snapshot_when(sessions, "s-huge", turn_done(3), timeout=120)
+    assert done.state is not None and done.state.last_turn_error is None
+    assert [m.text for m in done.messages] == ["huge", "small", "no tools"]
+    events = await read_events(sessions, "s-huge", until_type=AgentEventType.TURN_COMPLETED)
+    ends = [(e.type.value, e.turn_id) for e in events if e.type.value.startswith("turn_")]
+    assert ends == [
+        ("turn_started", "turn-1"),
+        ("turn_failed", "turn-1"),
+        ("turn_started", "turn-2"),
+        ("turn_failed", "turn-2"),
+        ("turn_started", "turn-3"),
+        ("turn_completed", "turn-3"),
+    ]

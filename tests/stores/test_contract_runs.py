@@ -52,6 +52,7 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
             active_step_types=["Work"],
             search_attributes={"owner": "ann", "n": 2},
             start_request_id="req-0",
+            active_step_search_mode="with_wait_for",
         )
         await store.commit(
             Commit(
@@ -69,7 +70,14 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
                 rpc_request=("req-1", b"response-1"),
             )
         )
-        done = execution("Work-1", ExecStatus.COMPLETED, attempts_started=1, locals={"x": b"1"})
+        done = execution(
+            "Work-1",
+            ExecStatus.COMPLETED,
+            attempts_started=1,
+            locals={"x": b"1"},
+            condition_results=b"\x0aresults",
+            taken=("m0", "m9"),
+        )
         await store.commit(
             Commit(
                 flow_id="a",
@@ -96,6 +104,7 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
             active_step_types=["Work"],
             search_attributes={"owner": "ann", "n": 2},
             start_request_id="req-0",
+            active_step_search_mode="with_wait_for",
         )
         assert loaded.attributes == {"kept": b"new", "added": b"3", "bin": b"\x00\xff"}
         assert [(m.channel, m.seq, m.message_id, m.value) for m in loaded.messages] == [

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import dex
-
 from dexconn_ledger._sdk import Branch, Fence, RetryError, send
 
 __all__ = [
@@ -25,9 +23,6 @@ __all__ = [
     "SendReceiptInput",
     "new_project_connection",
 ]
-
-EXECUTE_TIMEOUT = timedelta(seconds=45)
-EXECUTE_RETRY = dex.RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
 
 
 @dataclass(frozen=True)
@@ -86,9 +81,6 @@ class _Operation:
 
     def __repr__(self) -> str:
         return f"ledger.{self.operation_name}()"
-
-    def get_step_options(self) -> dex.StepOptions:
-        return dex.StepOptions(execute_method_timeout=EXECUTE_TIMEOUT, execute_retry=EXECUTE_RETRY)
 
 
 class _Mutation(_Operation):

@@ -233,9 +233,9 @@ class AgentEventType(StrEnum):
     USAGE_RECORDED = "usage_recorded"
     """``{"recorded", "session"}``."""
     COMPACTION_STARTED = "compaction_started"
-    """``{"through_sequence"}`` (reserved)."""
+    """``{"through_sequence"}``: a compaction began."""
     COMPACTION_FINISHED = "compaction_finished"
-    """``{"generation", "through_sequence"}`` (reserved)."""
+    """``{"generation", "through_sequence"}``: a compaction stored its summary."""
     MCP_TOOL_PROGRESS = "mcp.tool_progress"
     """``{"tool_call_id", "tool_name", "progress", "total", "message"}``: an MCP server's
     ``notifications/progress`` during a call (``dex_agents_ray.mcp``)."""

@@ -386,7 +386,9 @@ class AgentToolCall:
     wait_seconds: int | None = None
     """The ``durable_wait`` duration in seconds; ``None`` for other calls."""
     trace_context: str | None = None
-    """W3C ``traceparent`` of the call's span; reserved, ``None``."""
+    """W3C ``traceparent`` of the activation whose trace the call's spans join:
+    ``RunModel`` copies its root's, an approval replaces it with its own;
+    ``None`` without tracing."""
     created_at: datetime = field(default_factory=utc_now)
     """When ``RunModel`` recorded the call."""
     finished_at: datetime | None = None
@@ -516,7 +518,7 @@ class AgentStatus(StrEnum):
     RUNNING_TOOLS = "running_tools"
     """A turn waits for its tool calls."""
     COMPACTING_CONTEXT = "compacting_context"
-    """A turn summarizes older messages (reserved for compaction)."""
+    """A turn summarizes older messages (context compaction)."""
 
 
 class InteractionMode(StrEnum):
@@ -708,7 +710,7 @@ class PlanExecutionRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class ContextSummary:
-    """Reserved for compaction: the summary of older messages."""
+    """The summary of older messages that context compaction wrote."""
 
     generation: int
     """Starts at 1; each compaction adds 1."""

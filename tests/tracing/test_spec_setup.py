@@ -137,6 +137,14 @@ def _tail(path: Path) -> str:
     return path.read_text()[-3000:]
 
 
+async def _ready(stdout: asyncio.StreamReader) -> bool:
+    """Whether the driver printed ``READY`` before its stdout closed."""
+    while line := await stdout.readline():
+        if line.strip() == b"READY":
+            return True
+    return False
+
+
 async def _run_spec_driver(
     namespace: str, store_path: Path, state_dir: Path, receiver: OtlpReceiver, err: Path
 ) -> Spans:
@@ -155,8 +163,8 @@ async def _run_spec_driver(
         )
     assert driver.stdin is not None and driver.stdout is not None
     try:
-        ready = await asyncio.wait_for(driver.stdout.readline(), timeout=180)
-        assert ready.strip() == b"READY", _tail(err)
+        # Ray forwards its workers' log lines to the driver's stdout too.
+        assert await asyncio.wait_for(_ready(driver.stdout), timeout=180), _tail(err)
         spans = await reader(receiver)(
             lambda s: counts(of_session(s, SESSION_ID), invoke_agent=1, chat=2, execute_tool=2),
             "the driver's turn over OTLP",

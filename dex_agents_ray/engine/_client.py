@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dex import (
     Attribute,
@@ -21,6 +21,7 @@ from dex import (
     FlowInfo,
     FlowResult,
     FlowStatus,
+    Registry,
     RPCInvokeOptions,
     SearchFlowEntry,
     SearchFlowsPage,
@@ -40,7 +41,6 @@ from dex.runtime_errors import (
     RequestTimeoutError,
 )
 
-from dex_agents_ray.engine._channel import ChannelClosed, HostChannels
 from dex_agents_ray.engine._errors import (
     HostNotStartedError,
     HostPassivatedError,
@@ -48,25 +48,48 @@ from dex_agents_ray.engine._errors import (
     service_error,
     unwrap,
 )
-from dex_agents_ray.engine._flow_config import (
+from dex_agents_ray.engine._polls import SharedPolls
+from dex_agents_ray.engine._query import Term, matcher, parse_query
+from dex_agents_ray.engine.actors._channel import ChannelClosed, HostChannels
+from dex_agents_ray.engine.actors._placement import Placement, PlacementMode
+from dex_agents_ray.engine.run._flow_config import (
     DEFAULT_SEARCH_MODE,
     attribute_keys,
     search_mode,
 )
-from dex_agents_ray.engine._operations import StartRequest
-from dex_agents_ray.engine._placement import PlacementMode
-from dex_agents_ray.engine._polls import SharedPolls
-from dex_agents_ray.engine._query import Term, matcher, parse_query
-from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
-from dex_agents_ray.engine._sdk import (
+from dex_agents_ray.engine.run._operations import StartRequest
+from dex_agents_ray.engine.sdk._sdk import RegisteredFlow, ValueMapper
+from dex_agents_ray.engine.sdk._sdk import (
     apply_attribute_store_sync as _apply_attribute_store_sync,
 )
-from dex_agents_ray.engine._sdk import (
+from dex_agents_ray.engine.sdk._sdk import (
     apply_hard_delete_on_null as _apply_hard_delete_on_null,
 )
+from dex_agents_ray.engine.store._records import RunRecord, RunStatus, StreamRecord
+from dex_agents_ray.engine.store._store import FlowStore
 
-if TYPE_CHECKING:
-    from dex_agents_ray.engine._engine import FlowEngine
+
+class EngineHandle(Protocol):
+    """What a client uses of its engine (``FlowEngine``), which builds it."""
+
+    registry: Registry
+    store: FlowStore
+    values: ValueMapper
+    placement: Placement
+    local_channels: bool
+
+    def registered(self, flow: Flow[Any]) -> tuple[RegisteredFlow, str]:
+        """The registered form and stored version of ``flow``; refuses unknown flows."""
+        ...
+
+    def host(self, flow_id: str) -> Any:
+        """The host actor of ``flow_id``, created on demand."""
+        ...
+
+    def forget_host(self, flow_id: str) -> None:
+        """Drop the handle of ``flow_id``'s host (the next call looks it up again)."""
+        ...
+
 
 _HOST_RETRY_SECONDS = 60.0
 READ_AHEAD = 16
@@ -156,7 +179,7 @@ def _not_found(flow_id: str, operation: str) -> FlowNotFoundError:
 class EngineClient:
     """Start, signal, inspect and wait for flow runs (mirrors ``dex.AsyncClient``)."""
 
-    def __init__(self, engine: FlowEngine) -> None:
+    def __init__(self, engine: EngineHandle) -> None:
         self._engine = engine
         self._values = engine.values
         self._read_ahead: OrderedDict[tuple[str, str, int], list[StreamRecord]] = OrderedDict()

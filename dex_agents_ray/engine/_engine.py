@@ -15,10 +15,11 @@ from typing import Any, Literal
 from dex import CodecRegistry, Flow, FlowDefinitionError, Registry
 
 from dex_agents_ray.engine._client import EngineClient
-from dex_agents_ray.engine._codecs import CachingCodecRegistry
 from dex_agents_ray.engine._errors import EngineError
-from dex_agents_ray.engine._executor import EXECUTOR_PREFIX
-from dex_agents_ray.engine._hosts import (
+from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
+from dex_agents_ray.engine._sync import SyncEngineClient
+from dex_agents_ray.engine.actors._executor import EXECUTOR_PREFIX
+from dex_agents_ray.engine.actors._handles import (
     SCHEDULER_NAME,
     HostConfig,
     host_handle,
@@ -26,25 +27,24 @@ from dex_agents_ray.engine._hosts import (
     shared_host_handle,
     worker_host,
 )
-from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
-from dex_agents_ray.engine._placement import (
+from dex_agents_ray.engine.actors._placement import (
     DEDICATED_PREFIX,
     SHARED_PREFIX,
     Placement,
     PlacementMode,
 )
-from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
-from dex_agents_ray.engine._sdk import ValueMapper
-from dex_agents_ray.engine._store import (
+from dex_agents_ray.engine.run._streams import STREAM_BATCH_WINDOW_SECONDS
+from dex_agents_ray.engine.sdk._codecs import CachingCodecRegistry
+from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine.sdk._sdk import ValueMapper
+from dex_agents_ray.engine.store._open import open_store
+from dex_agents_ray.engine.store._store import (
     POSTGRES_URI_SCHEMES,
     FlowStore,
     PostgresStoreConfig,
     SqliteStoreConfig,
     StoreConfig,
-    open_store,
 )
-from dex_agents_ray.engine._streams import STREAM_BATCH_WINDOW_SECONDS
-from dex_agents_ray.engine._sync import SyncEngineClient
 
 logger = logging.getLogger("dex_agents_ray.engine")
 

@@ -20,9 +20,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._attempts import FlowDefinition
-from dex_agents_ray.engine._channel import ChannelServer
-from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import (
     Envelope,
     HostPassivatedError,
@@ -30,24 +27,29 @@ from dex_agents_ray.engine._errors import (
     envelope,
 )
 from dex_agents_ray.engine._exit_hooks import run_exit_hooks
-from dex_agents_ray.engine._hosts import HostConfig
 from dex_agents_ray.engine._metrics import (
     record_run_activated,
     record_run_passivated,
     set_resident_runs,
 )
-from dex_agents_ray.engine._operations import (
+from dex_agents_ray.engine.actors._channel import ChannelServer
+from dex_agents_ray.engine.actors._config import HostConfig
+from dex_agents_ray.engine.actors._handles import scheduler_handle
+from dex_agents_ray.engine.actors._placement import PlacementMode
+from dex_agents_ray.engine.actors._pool import ExecutorPool
+from dex_agents_ray.engine.run._attempts import FlowDefinition
+from dex_agents_ray.engine.run._driver import RunDriver
+from dex_agents_ray.engine.run._operations import (
     StartRequest,
     run_rpc,
     start_run,
     stop_run,
     update_run_config,
 )
-from dex_agents_ray.engine._placement import PlacementMode
-from dex_agents_ray.engine._pool import ExecutorPool
-from dex_agents_ray.engine._remote import decode_frame, load_definition, tune_collector
-from dex_agents_ray.engine._store import FlowStore, open_store
-from dex_agents_ray.engine._streams import StreamBuffer
+from dex_agents_ray.engine.run._remote import decode_frame, load_definition, tune_collector
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.store._open import open_store
+from dex_agents_ray.engine.store._store import FlowStore
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -164,8 +166,6 @@ class FlowHost:
             set_resident_runs(self._actor_id, len(self._drivers))
         await driver.stop()
         if wake_at is not None:
-            from dex_agents_ray.engine._hosts import scheduler_handle
-
             scheduler_handle(self._config).notify.remote()
         logger.info("run %s passivated (wake at %s)", flow_id, wake_at)
 
@@ -335,7 +335,7 @@ class FlowHost:
         return await envelope(read())
 
     async def _running_or_closed(self, flow_id: str, operation: str) -> RunDriver:
-        from dex_agents_ray.engine._operations import not_active
+        from dex_agents_ray.engine.run._operations import not_active
 
         driver = await self._driver(flow_id)
         if driver.state.run is None:

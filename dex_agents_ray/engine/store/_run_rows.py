@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dex_agents_ray.engine._records import RunRecord, RunStatus
+from dex_agents_ray.engine.store._records import RunRecord, RunStatus
 
 PER_RUN_TABLES = (
     "attributes",

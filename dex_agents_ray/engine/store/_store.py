@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.store._records import (
     Commit,
     CompletionRecord,
     HistoryRecord,
@@ -30,7 +30,6 @@ __all__ = [
     "SqliteStoreConfig",
     "StaleEpochError",
     "StoreConfig",
-    "open_store",
 ]
 
 
@@ -248,17 +247,4 @@ def redact_dsn(dsn: str) -> str:
 
 
 StoreConfig = SqliteStoreConfig | PostgresStoreConfig
-"""Any store config :func:`open_store` accepts."""
-
-
-def open_store(config: StoreConfig) -> FlowStore:
-    """Build (not yet open) the store ``config`` describes."""
-    if isinstance(config, PostgresStoreConfig):
-        from dex_agents_ray.engine._postgres import PostgresFlowStore
-
-        return PostgresFlowStore(config)
-    if isinstance(config, SqliteStoreConfig):
-        from dex_agents_ray.engine._sqlite import SqliteFlowStore
-
-        return SqliteFlowStore(config)
-    raise TypeError(f"not a store config: {type(config).__name__}")
+"""Any store config ``store._open.open_store`` accepts."""

@@ -17,7 +17,8 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._faults import wait_at_gate_before_ack
-from dex_agents_ray.engine._invoke import (
+from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
+from dex_agents_ray.engine.sdk._invoke import (
     AttributeValues,
     FlowMapper,
     MovementExtras,
@@ -25,10 +26,15 @@ from dex_agents_ray.engine._invoke import (
     build_registry,
     invoke_step,
 )
-from dex_agents_ray.engine._options import RayTaskOptions, StepAttemptProgress
-from dex_agents_ray.engine._sdk import InvocationMethod
+from dex_agents_ray.engine.sdk._sdk import InvocationMethod
 
 ABANDONED = "abandoned"
+"""What a remote attempt returns when the host refused its start (it ran nothing)."""
+
+
+class AbandonedAttempt(Exception):
+    """The executor found the attempt superseded (or cancelled) and ran nothing more."""
+
 
 _definitions: dict[str, tuple[Any, FlowMapper]] = {}
 _definitions_lock = threading.Lock()

@@ -14,8 +14,10 @@ import os
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import HostPassivatedError, unwrap
-from dex_agents_ray.engine._hosts import HostConfig, host_handle
-from dex_agents_ray.engine._store import FlowStore, open_store
+from dex_agents_ray.engine.actors._config import HostConfig
+from dex_agents_ray.engine.actors._handles import host_handle
+from dex_agents_ray.engine.store._open import open_store
+from dex_agents_ray.engine.store._store import FlowStore
 
 logger = logging.getLogger("dex_agents_ray.engine")
 

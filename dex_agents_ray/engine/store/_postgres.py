@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dex_agents_ray.engine._postgres_conn import Connections, IdleProbe, LoopThread
-from dex_agents_ray.engine._postgres_sql import (
+from dex_agents_ray.engine.store._postgres_conn import Connections, IdleProbe, LoopThread
+from dex_agents_ray.engine.store._postgres_sql import (
     _ACTIVE_STATUSES,
     _COMPLETIONS,
     _MARKS_SCHEMA,
@@ -49,7 +49,7 @@ from dex_agents_ray.engine._postgres_sql import (
     _returned,
     _stream_records,
 )
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.store._records import (
     SCHEMA_VERSION,
     ChannelMessageRecord,
     Commit,
@@ -65,9 +65,9 @@ from dex_agents_ray.engine._records import (
 
 # The per-run table list and the run-row decoding are shared with the SQLite
 # store, so both agree on what a replaced run drops and how a run row reads.
-from dex_agents_ray.engine._run_rows import PER_RUN_TABLES, run_from_row, runs_query
-from dex_agents_ray.engine._store import PostgresStoreConfig, StaleEpochError
-from dex_agents_ray.engine._store_retry import retrying
+from dex_agents_ray.engine.store._run_rows import PER_RUN_TABLES, run_from_row, runs_query
+from dex_agents_ray.engine.store._store import PostgresStoreConfig, StaleEpochError
+from dex_agents_ray.engine.store._store_retry import retrying
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

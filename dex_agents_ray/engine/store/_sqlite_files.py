@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from dex_agents_ray.engine._run_rows import RUN_COLUMNS
+from dex_agents_ray.engine.store._run_rows import RUN_COLUMNS
 
 try:
     import fcntl

@@ -34,9 +34,9 @@ from uuid import UUID
 from dex import CodecRegistry, JsonCodec
 from dex.codec import Codec, Value, WireKind
 
-from dex_agents_ray.engine._immutable import mutable_part
-from dex_agents_ray.engine._sdk import supports_automatic_json as _supports_automatic_json
-from dex_agents_ray.engine._sdk import type_name as _type_name
+from dex_agents_ray.engine.sdk._immutable import mutable_part
+from dex_agents_ray.engine.sdk._sdk import supports_automatic_json as _supports_automatic_json
+from dex_agents_ray.engine.sdk._sdk import type_name as _type_name
 
 Decoder = Callable[[Any], Any]
 

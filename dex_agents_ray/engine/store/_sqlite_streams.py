@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._records import StreamAppend, StreamRecord
+from dex_agents_ray.engine.store._records import StreamAppend, StreamRecord
 
 _STREAM_SIZES_KEPT = 100_000
 """Streams whose sizes a store remembers (then it forgets them all and rescans)."""

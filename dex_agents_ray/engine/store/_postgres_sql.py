@@ -11,8 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._postgres_conn import Connections
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.store._postgres_conn import Connections
+from dex_agents_ray.engine.store._records import (
     Commit,
     CompletionRecord,
     ExecStatus,

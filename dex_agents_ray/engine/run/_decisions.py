@@ -14,9 +14,9 @@ from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
-from dex_agents_ray.engine._invoke import MovementExtras
-from dex_agents_ray.engine._records import ExecRecord, RunStatus
-from dex_agents_ray.engine._state import Tx
+from dex_agents_ray.engine.run._state import Tx
+from dex_agents_ray.engine.sdk._invoke import MovementExtras
+from dex_agents_ray.engine.store._records import ExecRecord, RunStatus
 
 _CLOSE = pb.CloseDecisionType
 

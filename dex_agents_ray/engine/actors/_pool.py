@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._channel import Channel, ChannelClosed, open_if_local
-from dex_agents_ray.engine._executor import (
+from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
+from dex_agents_ray.engine.actors._channel import Channel, ChannelClosed, open_if_local
+from dex_agents_ray.engine.actors._executor import (
     CANCELLED,
     AttemptKey,
     CallOutcome,
     FrameRecord,
     executor_name,
 )
-from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
-from dex_agents_ray.engine._remote import ABANDONED
+from dex_agents_ray.engine.run._remote import ABANDONED, AbandonedAttempt
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -39,14 +39,10 @@ def _remote_executor() -> Any:
     if _executor_class is None:
         import ray
 
-        from dex_agents_ray.engine._executor import StepExecutor
+        from dex_agents_ray.engine.actors._executor import StepExecutor
 
         _executor_class = ray.remote(StepExecutor)
     return _executor_class
-
-
-class AbandonedAttempt(Exception):
-    """The executor found the attempt superseded (or cancelled) and ran nothing more."""
 
 
 @dataclass

@@ -22,23 +22,28 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._attempt import AttemptOutcome
-from dex_agents_ray.engine._attempts import (
+from dex_agents_ray.engine._errors import StoreUnavailableError
+from dex_agents_ray.engine._metrics import record_step
+from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
+from dex_agents_ray.engine.run._attempts import (
+    AttemptPool,
     AttemptRunner,
     FlowDefinition,
     Live,
     marks_at_dispatch,
     stage_start,
 )
-from dex_agents_ray.engine._decisions import LockTable, apply_decision, finish_if_idle
-from dex_agents_ray.engine._deferred import DeferredCommits, fail
-from dex_agents_ray.engine._effect_free import is_effect_free
-from dex_agents_ray.engine._errors import StoreUnavailableError
-from dex_agents_ray.engine._invoke import StepResult
-from dex_agents_ray.engine._metrics import record_step
-from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
-from dex_agents_ray.engine._pool import ExecutorPool
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.run._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine.run._deferred import DeferredCommits, fail
+from dex_agents_ray.engine.run._effect_free import is_effect_free
+from dex_agents_ray.engine.run._retry import next_retry_delay
+from dex_agents_ray.engine.run._state import RunState, Tx
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.run._waits import next_timer_at, timer_fire_times
+from dex_agents_ray.engine.run._watch import AttemptOutcome
+from dex_agents_ray.engine.sdk._invoke import StepResult
+from dex_agents_ray.engine.sdk._sdk import InvocationMethod
+from dex_agents_ray.engine.store._records import (
     Commit,
     ExecRecord,
     ExecStatus,
@@ -49,12 +54,7 @@ from dex_agents_ray.engine._records import (
     evolve,
     merge_commits,
 )
-from dex_agents_ray.engine._retry import next_retry_delay
-from dex_agents_ray.engine._sdk import InvocationMethod
-from dex_agents_ray.engine._state import RunState, Tx
-from dex_agents_ray.engine._store import FlowStore, StaleEpochError
-from dex_agents_ray.engine._streams import StreamBuffer
-from dex_agents_ray.engine._waits import next_timer_at, timer_fire_times
+from dex_agents_ray.engine.store._store import FlowStore, StaleEpochError
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -75,7 +75,7 @@ class RunDriver(AttemptRunner):
         host_handle: Any,
         streams: StreamBuffer,
         on_stale: Callable[[], None] = lambda: None,
-        pool: ExecutorPool | None = None,
+        pool: AttemptPool | None = None,
         host_name: str = "",
         on_store_down: Callable[[], None] = lambda: None,
         retention: RetentionOptions | None = None,

@@ -13,30 +13,52 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._attempt import AttemptOutcome, describe_failure, watch_attempt
-from dex_agents_ray.engine._invoke import FlowMapper, StepResult, invoke_step
 from dex_agents_ray.engine._options import RayTaskOptions, RemoteExecution, StepAttemptProgress
-from dex_agents_ray.engine._pool import AbandonedAttempt, ExecutorPool
-from dex_agents_ray.engine._records import ExecRecord, ExecStatus, evolve
-from dex_agents_ray.engine._remote import (
+from dex_agents_ray.engine.run._remote import (
     ABANDONED,
+    AbandonedAttempt,
     RemoteRequest,
     decode_frame,
     decode_result,
     definition_key,
     remote_step_function,
 )
-from dex_agents_ray.engine._retry import DEFAULT_METHOD_TIMEOUT
-from dex_agents_ray.engine._sdk import InvocationMethod
-from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
-from dex_agents_ray.engine._state import RunState, Tx
-from dex_agents_ray.engine._store import StaleEpochError
-from dex_agents_ray.engine._streams import StreamBuffer
+from dex_agents_ray.engine.run._retry import DEFAULT_METHOD_TIMEOUT
+from dex_agents_ray.engine.run._state import RunState, Tx
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.run._watch import AttemptOutcome, describe_failure, watch_attempt
+from dex_agents_ray.engine.sdk._invoke import FlowMapper, StepResult, invoke_step
+from dex_agents_ray.engine.sdk._sdk import InvocationMethod
+from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine.store._records import ExecRecord, ExecStatus, evolve
+from dex_agents_ray.engine.store._store import StaleEpochError
+
+
+class AttemptPool(Protocol):
+    """Where a host sends its pooled remote attempts (``actors._pool.ExecutorPool``).
+
+    The driver runs below the actors, so it knows the pool by this method only.
+    """
+
+    def submit(
+        self,
+        options: RayTaskOptions,
+        options_text: str,
+        args: tuple[Any, ...],
+        attempt_key: tuple[str, str, int],
+        on_frames: Callable[[list[tuple[str, str, int, str, bytes]]], None],
+    ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
+        """Send one attempt to an executor of its shape; returns (result, kill).
+
+        The result raises ``AbandonedAttempt`` for an attempt the executor
+        refused or cancelled.
+        """
+        ...
 
 
 @dataclass
@@ -86,7 +108,7 @@ class AttemptRunner:
     state: RunState
     commit_lock: asyncio.Lock
     _live: dict[str, Live]
-    _pool: ExecutorPool | None
+    _pool: AttemptPool | None
     _host_handle: Any
     _host_name: str
     streams: StreamBuffer
@@ -163,7 +185,7 @@ class AttemptRunner:
         dispatch): the executor runs user code as it sends the start
         acknowledgement instead of after the host's answer, and a refusal cancels
         it; any reply from the executor then counts as acknowledged (see
-        ``StepExecutor`` in ``engine/_executor.py``).
+        ``StepExecutor`` in ``engine/actors/_executor.py``).
         """
         assert self.definition is not None
         is_wait = method is InvocationMethod.WAIT_FOR

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.store._records import (
     SCHEMA_VERSION,
     ChannelMessageRecord,
     Commit,
@@ -31,8 +31,8 @@ from dex_agents_ray.engine._records import (
     StreamRecord,
     compact_json,
 )
-from dex_agents_ray.engine._run_rows import PER_RUN_TABLES, run_from_row, runs_query
-from dex_agents_ray.engine._sqlite_files import (
+from dex_agents_ray.engine.store._run_rows import PER_RUN_TABLES, run_from_row, runs_query
+from dex_agents_ray.engine.store._sqlite_files import (
     SCHEMA,
     UPSERT_RUN,
     begin_at_once,
@@ -42,9 +42,9 @@ from dex_agents_ray.engine._sqlite_files import (
     transient,
     try_flock,
 )
-from dex_agents_ray.engine._sqlite_streams import StreamRows, list_rows, read_rows
-from dex_agents_ray.engine._store import SqliteStoreConfig, StaleEpochError
-from dex_agents_ray.engine._store_retry import retrying
+from dex_agents_ray.engine.store._sqlite_streams import StreamRows, list_rows, read_rows
+from dex_agents_ray.engine.store._store import SqliteStoreConfig, StaleEpochError
+from dex_agents_ray.engine.store._store_retry import retrying
 
 try:
     import fcntl

@@ -15,13 +15,13 @@ from dex.runtime_errors import (
 )
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._decisions import cancel_matching, create_movements
-from dex_agents_ray.engine._driver import RunDriver
 from dex_agents_ray.engine._errors import service_error, worker_error
-from dex_agents_ray.engine._flow_config import DEFAULT_SEARCH_MODE
-from dex_agents_ray.engine._invoke import MovementExtras, invoke_rpc
-from dex_agents_ray.engine._records import RunRecord, RunStatus
-from dex_agents_ray.engine._state import RunState, Tx
+from dex_agents_ray.engine.run._decisions import cancel_matching, create_movements
+from dex_agents_ray.engine.run._driver import RunDriver
+from dex_agents_ray.engine.run._flow_config import DEFAULT_SEARCH_MODE
+from dex_agents_ray.engine.run._state import RunState, Tx
+from dex_agents_ray.engine.sdk._invoke import MovementExtras, invoke_rpc
+from dex_agents_ray.engine.store._records import RunRecord, RunStatus
 
 _RESTARTABLE_AFTER_FAILURE = (RunStatus.FAILED, RunStatus.CANCELED, RunStatus.TERMINATED)
 

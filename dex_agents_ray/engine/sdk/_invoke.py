@@ -47,15 +47,15 @@ from dex.runtime_errors import (
 )
 from dex.step import StepMovement, StepOutput
 
-from dex_agents_ray.engine._handler_threads import handler_threads
-from dex_agents_ray.engine._immutable import deeply_immutable
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     RayTaskOptions,
     RemoteStepOptions,
     StepAttemptProgress,
 )
-from dex_agents_ray.engine._sdk import (
+from dex_agents_ray.engine.sdk._handler_threads import handler_threads
+from dex_agents_ray.engine.sdk._immutable import deeply_immutable
+from dex_agents_ray.engine.sdk._sdk import (
     HARD_DELETE_ATTRIBUTE_PROTOCOL_VERSION,
     InvocationContext,
     InvocationMethod,
@@ -64,8 +64,8 @@ from dex_agents_ray.engine._sdk import (
     WorkerDispatcher,
     require_map_instance,
 )
-from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
-from dex_agents_ray.engine._sdk import RegisteredStep as _RegisteredStep
+from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine.sdk._sdk import RegisteredStep as _RegisteredStep
 
 T = TypeVar("T")
 Frame = pb.StepMethodHeartbeat | pb.StepStreamWrite
@@ -740,6 +740,6 @@ async def invoke_rpc(
 
 def build_registry(flow: Flow[Any], codec_registry: Any = None) -> Registry:
     """The SDK Registry for one Flow, with async handlers allowed."""
-    from dex_agents_ray.engine._codecs import CachingCodecRegistry
+    from dex_agents_ray.engine.sdk._codecs import CachingCodecRegistry
 
     return Registry([flow], CachingCodecRegistry(codec_registry), allow_async_handlers=True)

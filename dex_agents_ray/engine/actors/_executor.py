@@ -50,12 +50,11 @@ from typing import Any
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._channel import ChannelServer
 from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
-from dex_agents_ray.engine._invoke import FlowMapper, invoke_step
 from dex_agents_ray.engine._options import ExecutorPoolOptions, StepAttemptProgress
-from dex_agents_ray.engine._remote import (
+from dex_agents_ray.engine.actors._channel import ChannelServer
+from dex_agents_ray.engine.run._remote import (
     ABANDONED,
     RemoteRequest,
     encode_frame,
@@ -64,6 +63,7 @@ from dex_agents_ray.engine._remote import (
     parse_request,
     tune_collector,
 )
+from dex_agents_ray.engine.sdk._invoke import FlowMapper, invoke_step
 
 logger = logging.getLogger("dex_agents_ray.engine")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from dex.dexpb import dex_pb2 as pb
 
-from dex_agents_ray.engine._records import ChannelMessageRecord
+from dex_agents_ray.engine.store._records import ChannelMessageRecord
 
 _COMPLETED = pb.CONDITION_STATUS_COMPLETED
 _WAITING = pb.CONDITION_STATUS_WAITING

@@ -7,7 +7,7 @@ from typing import Any
 from dex import Attribute, AttributeMap
 from dex.dexpb import dex_pb2 as pb
 
-from dex_agents_ray.engine._sdk import InvocationContext
+from dex_agents_ray.engine.sdk._sdk import InvocationContext
 
 __all__ = ["encoded_size", "stored_size"]
 

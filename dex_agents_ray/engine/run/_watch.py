@@ -9,7 +9,7 @@ from typing import Any
 
 from dex import RetryAfterError
 
-from dex_agents_ray.engine._invoke import StepResult
+from dex_agents_ray.engine.sdk._invoke import StepResult
 
 
 @dataclass

@@ -19,9 +19,10 @@ from dex.runtime_errors import ChannelMessageNotFoundError
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import service_error
-from dex_agents_ray.engine._flow_config import indexed_step_types
-from dex_agents_ray.engine._invoke import AttributeValues, DecodedAttributes, MovementExtras
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.run._flow_config import indexed_step_types
+from dex_agents_ray.engine.run._waits import evaluate_wait, next_timer_at
+from dex_agents_ray.engine.sdk._invoke import AttributeValues, DecodedAttributes, MovementExtras
+from dex_agents_ray.engine.store._records import (
     ChannelMessageRecord,
     Commit,
     CompletionRecord,
@@ -33,7 +34,6 @@ from dex_agents_ray.engine._records import (
     RunStatus,
     evolve,
 )
-from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at
 
 
 def uuid7() -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from dex import ActiveStepSearchMode, Attribute, AttributeMap, AttributeMapLoad, FlowConfig
 from dex.dexpb import dex_pb2 as pb
 
-from dex_agents_ray.engine._records import ExecRecord
+from dex_agents_ray.engine.store._records import ExecRecord
 
 __all__ = [
     "DEFAULT_SEARCH_MODE",

@@ -1,58 +1,48 @@
-"""Finding (or creating) the actors of an engine namespace: hosts and the scheduler."""
+"""Finding (or creating) the actors of an engine namespace: hosts and the scheduler.
+
+A host tells the scheduler about a passivated run's timer and the scheduler
+wakes the run's host, so each creates the other on demand. Neither module
+imports the other: ``actors/__init__`` hands both classes to
+:func:`register_actor_classes`, and the functions here create them by name.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents_ray.engine._errors import HostNotStartedError
-from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
-from dex_agents_ray.engine._placement import SHARED_PREFIX, Placement, PlacementMode
-from dex_agents_ray.engine._store import StoreConfig
-from dex_agents_ray.engine._streams import STREAM_BATCH_WINDOW_SECONDS
+from dex_agents_ray.engine.actors._config import HostConfig
+from dex_agents_ray.engine.actors._placement import SHARED_PREFIX, PlacementMode
+
+__all__ = [
+    "SCHEDULER_NAME",
+    "HostConfig",  # here for the old path ``engine._hosts.HostConfig`` (see ``_moved``)
+    "host_handle",
+    "register_actor_classes",
+    "scheduler_handle",
+    "shared_host_handle",
+    "worker_host",
+]
 
 SCHEDULER_NAME = "dexscheduler"
 
-
-@dataclass(frozen=True, kw_only=True)
-class HostConfig:
-    """What every host and the scheduler of one namespace are built with (plain data)."""
-
-    store: StoreConfig
-    namespace: str
-    placement: Placement
-    passivate_after: float | None
-    """Seconds a run may sit idle (only waiting) before it leaves memory; ``None``: never."""
-    host_resources: dict[str, float] | None = None
-    """Custom Ray resources each host actor needs (to keep hosts on some nodes)."""
-    executor_pool: ExecutorPoolOptions = field(default_factory=ExecutorPoolOptions)
-    """How remote Steps' pooled executors scale."""
-    retention: RetentionOptions = field(default_factory=RetentionOptions)
-    """What runs keep of their past."""
-    stream_batch_window: float = STREAM_BATCH_WINDOW_SECONDS
-    """Seconds a long poll that found records of a busy run waits for more."""
-    worker_owned: bool = False
-    """Whether one worker process owns the namespace's actors
-    (``FlowEngine.start(worker_hosts="own")``): hosts, their executors and the
-    scheduler are then ordinary actors, which Ray ends with the process that
-    created them, instead of detached ones that outlive every driver."""
-
-
+_actor_classes: dict[str, type[Any]] = {}
+"""The host and scheduler classes, as ``actors/__init__`` registered them."""
 _classes: dict[str, Any] = {}
+"""The same as Ray actor classes (made once per process)."""
+
+
+def register_actor_classes(*, host: type[Any], scheduler: type[Any]) -> None:
+    """Name the classes :func:`host_handle` and :func:`scheduler_handle` create."""
+    _actor_classes["host"] = host
+    _actor_classes["scheduler"] = scheduler
 
 
 def _remote_class(name: str) -> Any:
     if name not in _classes:
         import ray
 
-        if name == "host":
-            from dex_agents_ray.engine._host import FlowHost
-
-            _classes[name] = ray.remote(FlowHost)
-        else:
-            from dex_agents_ray.engine._scheduler import FlowScheduler
-
-            _classes[name] = ray.remote(FlowScheduler)
+        _classes[name] = ray.remote(_actor_classes[name])
     return _classes[name]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from dex_agents_ray.engine._records import Commit
+from dex_agents_ray.engine.store._records import Commit
 
 __all__ = ["LINGER", "DeferredCommits"]
 

@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._records import StreamAppend, StreamRecord
-from dex_agents_ray.engine._store import FlowStore
+from dex_agents_ray.engine.store._records import StreamAppend, StreamRecord
+from dex_agents_ray.engine.store._store import FlowStore
 
 logger = logging.getLogger("dex_agents_ray.engine")
 

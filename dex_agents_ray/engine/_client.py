@@ -58,7 +58,14 @@ from dex_agents_ray.engine.run._flow_config import (
     search_mode,
 )
 from dex_agents_ray.engine.run._operations import StartRequest
-from dex_agents_ray.engine.sdk._sdk import RegisteredFlow, ValueMapper
+from dex_agents_ray.engine.sdk._sdk import (
+    RegisteredFlow,
+    ValueMapper,
+    attribute_initializations,
+    flow_by_type,
+    resolve_rpc_invoke_options,
+    rpc_for_method,
+)
 from dex_agents_ray.engine.sdk._sdk import (
     apply_attribute_store_sync as _apply_attribute_store_sync,
 )
@@ -285,7 +292,7 @@ class EngineClient:
 
     def _initial_writes(self, registered: Any, options: StartFlowOptions) -> list[bytes]:
         writes = []
-        for init in options._attribute_initializations:
+        for init in attribute_initializations(options):
             definition = init.definition
             if registered.persistence.get(definition.name) is not definition:
                 raise ValueError(
@@ -323,9 +330,9 @@ class EngineClient:
     ) -> Any:
         """Invoke an ``@rpc`` of a running flow (pass the bound method)."""
         registry = self._engine.registry
-        registered, rpc = registry._rpc_for_method(rpc_method)
-        locks, attribute_loads, channel_loads = registry._resolve_rpc_invoke_options(
-            registered, options or RPCInvokeOptions()
+        registered, rpc = rpc_for_method(registry, rpc_method)
+        locks, attribute_loads, channel_loads = resolve_rpc_invoke_options(
+            registry, registered, options or RPCInvokeOptions()
         )
         encoded = (
             self._values.encode(input, rpc.input_codec).SerializeToString()
@@ -403,7 +410,7 @@ class EngineClient:
             FlowDefinitionError: The run's Flow is not registered with this engine.
         """
         run = await self._run(flow_id, "GetAttributes")
-        registered = self._engine.registry._flow_by_type(run.flow_type)
+        registered = flow_by_type(self._engine.registry, run.flow_type)
         keys = attribute_keys(reads, registered.persistence, run.flow_type)
         if not keys:
             return ()

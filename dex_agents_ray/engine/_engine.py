@@ -36,7 +36,7 @@ from dex_agents_ray.engine.actors._placement import (
 from dex_agents_ray.engine.run._streams import STREAM_BATCH_WINDOW_SECONDS
 from dex_agents_ray.engine.sdk._codecs import CachingCodecRegistry
 from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
-from dex_agents_ray.engine.sdk._sdk import ValueMapper
+from dex_agents_ray.engine.sdk._sdk import ValueMapper, flow_for_instance
 from dex_agents_ray.engine.store._open import open_store
 from dex_agents_ray.engine.store._store import (
     POSTGRES_URI_SCHEMES,
@@ -451,7 +451,7 @@ class FlowEngine:
                 f"flow {flow_type or flow!r} is not registered with this engine "
                 f"(registered: {known})"
             )
-        return self.registry._flow_for_instance(flow), self._hashes[flow_type]
+        return flow_for_instance(self.registry, flow), self._hashes[flow_type]
 
     def host(self, flow_id: str) -> Any:
         """The host actor of ``flow_id``, created on demand."""

@@ -26,7 +26,7 @@ from dex_agents_ray.engine.sdk._invoke import (
     build_registry,
     invoke_step,
 )
-from dex_agents_ray.engine.sdk._sdk import InvocationMethod
+from dex_agents_ray.engine.sdk._sdk import InvocationMethod, flow_by_type
 
 ABANDONED = "abandoned"
 """What a remote attempt returns when the host refused its start (it ran nothing)."""
@@ -87,7 +87,7 @@ def load_definition(blob: bytes) -> tuple[Any, FlowMapper]:
         if cached is None:
             flow, codecs = cloudpickle.loads(blob)
             registry = build_registry(flow, codecs)
-            cached = (registry._flow_by_type(flow.get_flow_type()), FlowMapper(registry))
+            cached = (flow_by_type(registry, flow.get_flow_type()), FlowMapper(registry))
             _definitions[key] = cached
             freeze_loaded_objects()
         return cached

@@ -56,10 +56,6 @@ LINES_ALLOWED: dict[str, tuple[int, str]] = {
         167,
         "15 keyword options, each documented in the docstring (92 of its lines)",
     ),
-    "engine/run/_attempts.py::AttemptRunner._attempt": (
-        103,
-        "one attempt's set-up, local or remote, and its watch; issue 46 item 2 splits it",
-    ),
     "evals/_driver.py::drive_session": (
         102,
         "one decision per session state (its noqa: C901 says so); evals are out of this pass",

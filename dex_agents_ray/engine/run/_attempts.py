@@ -187,6 +187,45 @@ class AttemptRunner:
         it; any reply from the executor then counts as acknowledged (see
         ``StepExecutor`` in ``engine/actors/_executor.py``).
         """
+        future, live, decode = self._start_attempt(record, attempt, method, options, early_start)
+        exec_id = record.exec_id
+        self._live[exec_id] = live
+        raw_timeout = (
+            options.wait_for_timeout_seconds
+            if method is InvocationMethod.WAIT_FOR
+            else options.execute_timeout_seconds
+        )
+        try:
+            outcome = await watch_attempt(
+                future,
+                timeout=float(raw_timeout or DEFAULT_METHOD_TIMEOUT),
+                heartbeat_timeout=float(options.heartbeat_timeout_seconds) or None,
+                last_beat=lambda: live.last_beat,
+                kill=live.kill,
+                decode=decode,
+                acked=live.acked,
+            )
+        except (_Abandoned, AbandonedAttempt):
+            outcome = AttemptOutcome(error_type="AttemptAbandoned", detail="superseded attempt")
+        except Exception as error:  # a result the engine cannot decode fails the attempt
+            outcome = describe_failure(error)
+        finally:
+            if self._live.get(exec_id) is live:
+                del self._live[exec_id]
+        if live.acked is not None and not live.acked.done():
+            outcome.acknowledged = False
+        return outcome
+
+    def _start_attempt(
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        options: pb.StepOptions,
+        early_start: bool,
+    ) -> tuple[asyncio.Future[Any], Live, Callable[[Any], StepResult]]:
+        """Start one attempt (see :meth:`_attempt`): its result, its bookkeeping,
+        and how to read its result."""
         assert self.definition is not None
         is_wait = method is InvocationMethod.WAIT_FOR
         # A remote attempt records its start later, at its acknowledgement: fix
@@ -205,14 +244,6 @@ class AttemptRunner:
             if is_wait
             else options.execute_load_attribute_map_instances
         )
-        # A local attempt reads the Attributes from the same snapshot, lazily; a
-        # remote one gets them in its request.
-        values = self.state.attribute_values(loaded_maps) if local else None
-        raw_timeout = (
-            options.wait_for_timeout_seconds if is_wait else options.execute_timeout_seconds
-        )
-        timeout = float(raw_timeout or DEFAULT_METHOD_TIMEOUT)
-        heartbeat_timeout = float(options.heartbeat_timeout_seconds) or None
         progress = (
             StepAttemptProgress(record.recovery.progress)
             if record.recovery is not None
@@ -220,8 +251,9 @@ class AttemptRunner:
         )
         loop = asyncio.get_running_loop()
         exec_id = record.exec_id
-        future: asyncio.Future[Any]
         if local:
+            # A local attempt reads the Attributes from the same snapshot, lazily; a
+            # remote one gets them in its request.
             future = asyncio.ensure_future(
                 invoke_step(
                     self.definition.mapper,
@@ -231,48 +263,20 @@ class AttemptRunner:
                     attempt_progress=progress,
                     is_active=lambda: self.attempt_active(exec_id, attempt),
                     sink=lambda frame: self.on_frame(exec_id, attempt, frame),
-                    attribute_values=values,
+                    attribute_values=self.state.attribute_values(loaded_maps),
                 )
             )
-            live = Live(attempt, loop.time(), lambda: _cancel(future))
-            decode: Callable[[Any], StepResult] = _identity
-        else:
-            payload = (
-                request.SerializeToString(),
-                self.state.attribute_snapshot(loaded_maps),
-            )
-            future, kill, dispatch = self._submit_remote(
-                record, attempt, method, payload, progress, early_start
-            )
-            live = Live(
-                attempt, loop.time(), kill, first_attempt_at, loop.create_future(), dispatch
-            )
-            if early_start:
-                # Registered before the watch's own callback: a reply marks the
-                # start before the outcome is looked at.
-                future.add_done_callback(lambda done: _replied(done, live))
-            decode = _decode_remote
-        self._live[exec_id] = live
-        try:
-            outcome = await watch_attempt(
-                future,
-                timeout=timeout,
-                heartbeat_timeout=heartbeat_timeout,
-                last_beat=lambda: live.last_beat,
-                kill=live.kill,
-                decode=decode,
-                acked=live.acked,
-            )
-        except (_Abandoned, AbandonedAttempt):
-            outcome = AttemptOutcome(error_type="AttemptAbandoned", detail="superseded attempt")
-        except Exception as error:  # a result the engine cannot decode fails the attempt
-            outcome = describe_failure(error)
-        finally:
-            if self._live.get(exec_id) is live:
-                del self._live[exec_id]
-        if live.acked is not None and not live.acked.done():
-            outcome.acknowledged = False
-        return outcome
+            return future, Live(attempt, loop.time(), lambda: _cancel(future)), _identity
+        payload = (request.SerializeToString(), self.state.attribute_snapshot(loaded_maps))
+        remote, kill, dispatch = self._submit_remote(
+            record, attempt, method, payload, progress, early_start
+        )
+        live = Live(attempt, loop.time(), kill, first_attempt_at, loop.create_future(), dispatch)
+        if early_start:
+            # Registered before the watch's own callback: a reply marks the
+            # start before the outcome is looked at.
+            remote.add_done_callback(lambda done: _replied(done, live))
+        return remote, live, _decode_remote
 
     def _submit_remote(
         self,

@@ -62,6 +62,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "actors": 4,
     "__init__": 5,
     "_engine": 5,
+    "_engine_options": 5,
     "_client": 5,
     "_sync": 5,
     "_polls": 5,

@@ -16,7 +16,7 @@ peers' shape: one workflow per session) and as real agent sessions
 event stream). The headline row is the default configuration,
 ``dex:session-shared-ray``: shared hosts, tool Steps sent to Ray on pooled
 executors, and the client's and hosts' calls on one node by Unix sockets after
-the first (``engine/_channel.py``); ``session-shared-ray-nosockets`` is the same with every
+the first (``engine/actors/_channel.py``); ``session-shared-ray-nosockets`` is the same with every
 call a Ray call. The others run tools inline in the host, on dedicated hosts, or as
 one Ray task per attempt (``session-shared-tasks``). Dedicated placement is not run
 at C=500 (an actor per session: 500 processes), nor are Ray-task tools (tens of

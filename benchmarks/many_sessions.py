@@ -59,7 +59,7 @@ async def _median_ms(call: Callable[[], Awaitable[Any]], repeat: int) -> float:
 
 async def _fill(store: Any, count: int, flow_type: str, flow_hash: str, now: float) -> None:
     """``count`` passivated session runs, written as the engine writes them."""
-    from dex_agents_ray.engine._records import Commit, RunRecord, RunStatus
+    from dex_agents_ray.engine.store._records import Commit, RunRecord, RunStatus
 
     async def one(i: int) -> None:
         flow_id = f"stored-{i:07d}"

@@ -22,7 +22,7 @@ and the Steps' own Python. This benchmark
 Printed: each primitive's count per turn, its unit price, their sum (the
 serial cost of the primitives alone, with no Step code), the measured turn, and
 the ratios measured turn / primitive sum and DBOS turn / primitive sum. The
-executor's two calls per fan-out are its protocol (``engine/_executor.py``),
+executor's two calls per fan-out are its protocol (``engine/actors/_executor.py``),
 not counted here. The sum is not a strict floor: the client's long polls
 partly overlap the host's work. Medians; asserts nothing.
 

@@ -12,7 +12,7 @@ the segments below; their medians are printed, with the Ray hops' share and,
 measured in the same Ray, the round trip of an empty Ray call from the driver to
 an async actor and from one async actor to another. The hops between the client,
 the host and the executor go by Unix sockets once the first call of each pair
-has answered through Ray (``engine/_channel.py``); ``--over-ray`` keeps them all
+has answered through Ray (``engine/actors/_channel.py``); ``--over-ray`` keeps them all
 on Ray (``local_channels=False``, ``ExecutorPoolOptions(local_channel=False)``).
 
 The stamps cost a few microseconds each (about 40 a turn): the turns here are a
@@ -85,7 +85,9 @@ def install() -> None:
     """The Ray workers' setup hook: stamp the host's and the executor's methods."""
     if not os.environ.get(_DIR_VARIABLE):
         return
-    from dex_agents_ray.engine import _driver, _executor, _host, _pool, _sqlite
+    from dex_agents_ray.engine.actors import _executor, _host, _pool
+    from dex_agents_ray.engine.run import _driver
+    from dex_agents_ray.engine.store import _sqlite
 
     _wrap(_host.FlowHost, "invoke_rpc", lambda self, flow_id, rpc, *a, **k: f"rpc {rpc}")
     _wrap(_host.FlowHost, "wait_streams", lambda *a, **k: "poll")

@@ -12,12 +12,12 @@ An RPC shows the messages a Step's wait took and its ``execute`` has not yet
 committed with :func:`taken_channel_messages`.
 """
 
+from dex_agents_ray.engine import _moved
 from dex_agents_ray.engine._client import (
     EXECUTE_COMPLETED_EVENT,
     EngineClient,
     StepHistoryEntry,
 )
-from dex_agents_ray.engine._effect_free import effect_free
 from dex_agents_ray.engine._engine import FlowEngine
 from dex_agents_ray.engine._errors import (
     EngineError,
@@ -26,7 +26,6 @@ from dex_agents_ray.engine._errors import (
     StoreUnavailableError,
 )
 from dex_agents_ray.engine._exit_hooks import on_clean_exit
-from dex_agents_ray.engine._invoke import taken_channel_messages
 from dex_agents_ray.engine._options import (
     EngineRecoveryErrorInfo,
     ExecutorPoolOptions,
@@ -36,15 +35,20 @@ from dex_agents_ray.engine._options import (
     RetentionOptions,
     StepAttemptProgress,
 )
-from dex_agents_ray.engine._placement import Placement, PlacementMode
-from dex_agents_ray.engine._store import (
+from dex_agents_ray.engine._sync import SyncEngineClient
+from dex_agents_ray.engine.actors._placement import Placement, PlacementMode
+from dex_agents_ray.engine.run._effect_free import effect_free
+from dex_agents_ray.engine.sdk._invoke import taken_channel_messages
+from dex_agents_ray.engine.store._store import (
     FlowStore,
     PostgresStoreConfig,
     SqliteStoreConfig,
     StaleEpochError,
     StoreConfig,
 )
-from dex_agents_ray.engine._sync import SyncEngineClient
+
+# Old flat module paths (``engine._codecs`` ...) still import, for stored pickles.
+_moved.install()
 
 __all__ = [
     "EXECUTE_COMPLETED_EVENT",

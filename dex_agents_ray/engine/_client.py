@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dex import (
     Attribute,
@@ -21,6 +21,7 @@ from dex import (
     FlowInfo,
     FlowResult,
     FlowStatus,
+    Registry,
     RPCInvokeOptions,
     SearchFlowEntry,
     SearchFlowsPage,
@@ -40,7 +41,6 @@ from dex.runtime_errors import (
     RequestTimeoutError,
 )
 
-from dex_agents_ray.engine._channel import ChannelClosed, HostChannels
 from dex_agents_ray.engine._errors import (
     HostNotStartedError,
     HostPassivatedError,
@@ -48,25 +48,55 @@ from dex_agents_ray.engine._errors import (
     service_error,
     unwrap,
 )
-from dex_agents_ray.engine._flow_config import (
+from dex_agents_ray.engine._polls import SharedPolls
+from dex_agents_ray.engine._query import Term, matcher, parse_query
+from dex_agents_ray.engine.actors._channel import ChannelClosed, HostChannels
+from dex_agents_ray.engine.actors._placement import Placement, PlacementMode
+from dex_agents_ray.engine.run._flow_config import (
     DEFAULT_SEARCH_MODE,
     attribute_keys,
     search_mode,
 )
-from dex_agents_ray.engine._operations import StartRequest
-from dex_agents_ray.engine._placement import PlacementMode
-from dex_agents_ray.engine._polls import SharedPolls
-from dex_agents_ray.engine._query import Term, matcher, parse_query
-from dex_agents_ray.engine._records import RunRecord, RunStatus, StreamRecord
-from dex_agents_ray.engine._sdk import (
+from dex_agents_ray.engine.run._operations import StartRequest
+from dex_agents_ray.engine.sdk._sdk import (
+    RegisteredFlow,
+    ValueMapper,
+    attribute_initializations,
+    flow_by_type,
+    resolve_rpc_invoke_options,
+    rpc_for_method,
+)
+from dex_agents_ray.engine.sdk._sdk import (
     apply_attribute_store_sync as _apply_attribute_store_sync,
 )
-from dex_agents_ray.engine._sdk import (
+from dex_agents_ray.engine.sdk._sdk import (
     apply_hard_delete_on_null as _apply_hard_delete_on_null,
 )
+from dex_agents_ray.engine.store._records import RunRecord, RunStatus, StreamRecord
+from dex_agents_ray.engine.store._store import FlowStore
 
-if TYPE_CHECKING:
-    from dex_agents_ray.engine._engine import FlowEngine
+
+class EngineHandle(Protocol):
+    """What a client uses of its engine (``FlowEngine``), which builds it."""
+
+    registry: Registry
+    store: FlowStore
+    values: ValueMapper
+    placement: Placement
+    local_channels: bool
+
+    def registered(self, flow: Flow[Any]) -> tuple[RegisteredFlow, str]:
+        """The registered form and stored version of ``flow``; refuses unknown flows."""
+        ...
+
+    def host(self, flow_id: str) -> Any:
+        """The host actor of ``flow_id``, created on demand."""
+        ...
+
+    def forget_host(self, flow_id: str) -> None:
+        """Drop the handle of ``flow_id``'s host (the next call looks it up again)."""
+        ...
+
 
 _HOST_RETRY_SECONDS = 60.0
 READ_AHEAD = 16
@@ -156,7 +186,7 @@ def _not_found(flow_id: str, operation: str) -> FlowNotFoundError:
 class EngineClient:
     """Start, signal, inspect and wait for flow runs (mirrors ``dex.AsyncClient``)."""
 
-    def __init__(self, engine: FlowEngine) -> None:
+    def __init__(self, engine: EngineHandle) -> None:
         self._engine = engine
         self._values = engine.values
         self._read_ahead: OrderedDict[tuple[str, str, int], list[StreamRecord]] = OrderedDict()
@@ -262,7 +292,7 @@ class EngineClient:
 
     def _initial_writes(self, registered: Any, options: StartFlowOptions) -> list[bytes]:
         writes = []
-        for init in options._attribute_initializations:
+        for init in attribute_initializations(options):
             definition = init.definition
             if registered.persistence.get(definition.name) is not definition:
                 raise ValueError(
@@ -300,9 +330,9 @@ class EngineClient:
     ) -> Any:
         """Invoke an ``@rpc`` of a running flow (pass the bound method)."""
         registry = self._engine.registry
-        registered, rpc = registry._rpc_for_method(rpc_method)
-        locks, attribute_loads, channel_loads = registry._resolve_rpc_invoke_options(
-            registered, options or RPCInvokeOptions()
+        registered, rpc = rpc_for_method(registry, rpc_method)
+        locks, attribute_loads, channel_loads = resolve_rpc_invoke_options(
+            registry, registered, options or RPCInvokeOptions()
         )
         encoded = (
             self._values.encode(input, rpc.input_codec).SerializeToString()
@@ -380,7 +410,7 @@ class EngineClient:
             FlowDefinitionError: The run's Flow is not registered with this engine.
         """
         run = await self._run(flow_id, "GetAttributes")
-        registered = self._engine.registry._flow_by_type(run.flow_type)
+        registered = flow_by_type(self._engine.registry, run.flow_type)
         keys = attribute_keys(reads, registered.persistence, run.flow_type)
         if not keys:
             return ()

@@ -10,15 +10,20 @@ import os
 import typing
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from dex import CodecRegistry, Flow, FlowDefinitionError, Registry
 
 from dex_agents_ray.engine._client import EngineClient
-from dex_agents_ray.engine._codecs import CachingCodecRegistry
+from dex_agents_ray.engine._engine_options import (
+    EngineOptions,
+    WorkerHosts,
+)
 from dex_agents_ray.engine._errors import EngineError
-from dex_agents_ray.engine._executor import EXECUTOR_PREFIX
-from dex_agents_ray.engine._hosts import (
+from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
+from dex_agents_ray.engine._sync import SyncEngineClient
+from dex_agents_ray.engine.actors._executor import EXECUTOR_PREFIX
+from dex_agents_ray.engine.actors._handles import (
     SCHEDULER_NAME,
     HostConfig,
     host_handle,
@@ -26,38 +31,33 @@ from dex_agents_ray.engine._hosts import (
     shared_host_handle,
     worker_host,
 )
-from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
-from dex_agents_ray.engine._placement import (
+from dex_agents_ray.engine.actors._placement import (
     DEDICATED_PREFIX,
     SHARED_PREFIX,
     Placement,
     PlacementMode,
 )
-from dex_agents_ray.engine._sdk import RegisteredFlow as _RegisteredFlow
-from dex_agents_ray.engine._sdk import ValueMapper
-from dex_agents_ray.engine._store import (
+from dex_agents_ray.engine.run._streams import STREAM_BATCH_WINDOW_SECONDS
+from dex_agents_ray.engine.sdk._codecs import CachingCodecRegistry
+from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine.sdk._sdk import ValueMapper, flow_for_instance
+from dex_agents_ray.engine.store._open import open_store
+from dex_agents_ray.engine.store._store import (
     POSTGRES_URI_SCHEMES,
     FlowStore,
     PostgresStoreConfig,
     SqliteStoreConfig,
     StoreConfig,
-    open_store,
 )
-from dex_agents_ray.engine._streams import STREAM_BATCH_WINDOW_SECONDS
-from dex_agents_ray.engine._sync import SyncEngineClient
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
 DEFAULT_NAMESPACE = "dex-agents-ray"
-WorkerHosts = Literal["own", "use"]
-"""How a driver stands to a worker process that owns the namespace's hosts."""
 HOST_PREFIXES = (DEDICATED_PREFIX, SHARED_PREFIX, EXECUTOR_PREFIX)
 DEFAULT_SHARED_HOSTS = 4
 """The most shared hosts ``FlowEngine.start`` chooses by itself (see ``shared_hosts``)."""
 
 DEFAULT_STORE_DIR = ".dex-agents-ray"
-MAX_STREAM_BATCH_WINDOW = timedelta(seconds=5)
-"""The longest ``stream_batch_window`` (a long poll's own wait is at most 5 s)."""
 
 
 async def _shared_pool_size(namespace: str, asked: int | None) -> int:
@@ -199,6 +199,38 @@ async def _no_engine_actors(namespace: str, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def _join_ray(namespace: str, ray_address: str | None) -> bool:
+    """Start a local Ray (or join ``ray_address``) unless Ray is up; whether this did."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    local = ray_address is None and not os.environ.get("RAY_ADDRESS")
+    ray.init(
+        address=ray_address,
+        namespace=namespace,
+        include_dashboard=False,
+        _system_config=task_worker_system_config() if local else None,
+    )
+    return True
+
+
+async def _store_definitions(
+    store: FlowStore, flows: list[Flow[Any]], codec_registry: CodecRegistry | None
+) -> dict[str, str]:
+    """Keep each Flow pickled in the store; returns each Flow type's hash."""
+    from ray import cloudpickle
+
+    hashes: dict[str, str] = {}
+    for flow in flows:
+        _resolve_annotations(flow)
+        blob: bytes = cloudpickle.dumps((flow, codec_registry))  # type: ignore[no-untyped-call]
+        flow_hash = hashlib.sha256(blob).hexdigest()[:32]
+        await store.put_flow_definition(flow.get_flow_type(), flow_hash, blob)
+        hashes[flow.get_flow_type()] = flow_hash
+    return hashes
+
+
 class FlowEngine:
     """The durable engine: runs registered ``dex.Flow`` definitions on Ray.
 
@@ -219,20 +251,17 @@ class FlowEngine:
         hashes: dict[str, str],
         owns_ray: bool,
         placement: Placement,
-        passivate_after: timedelta | None,
-        host_resources: dict[str, float] | None = None,
-        executor_pool: ExecutorPoolOptions | None = None,
-        retention: RetentionOptions | None = None,
-        stream_batch_window: timedelta = timedelta(seconds=STREAM_BATCH_WINDOW_SECONDS),
-        local_channels: bool = True,
-        worker_hosts: WorkerHosts | None = None,
+        options: EngineOptions,
     ) -> None:
         self.flows = flows
-        self.worker_hosts = worker_hosts
+        self.options = options
+        """What the engine was started with (``placement`` and ``namespace`` as given:
+        the attributes of those names say what they came to)."""
+        self.worker_hosts = options.worker_hosts
         """``"own"``: this driver is the worker process that owns the namespace's
         hosts; ``"use"``: its calls go to a worker's hosts; ``None``: detached hosts
         that any driver creates on demand (see ``FlowEngine.start``)."""
-        self.local_channels = local_channels
+        self.local_channels = options.local_channels
         """Whether this driver's client reaches the shared hosts of its node by
         their Unix sockets (see ``FlowEngine.start``)."""
         self.registry = registry
@@ -244,16 +273,17 @@ class FlowEngine:
         self._owns_ray = owns_ray
         self.placement = placement
         self._hosts: dict[str, Any] = {}
+        passivate_after = options.passivate_after
         self.host_config = HostConfig(
             store=store_config,
             namespace=namespace,
             placement=placement,
             passivate_after=None if passivate_after is None else passivate_after.total_seconds(),
-            host_resources=host_resources,
-            executor_pool=executor_pool or ExecutorPoolOptions(),
-            retention=retention or RetentionOptions(),
-            stream_batch_window=stream_batch_window.total_seconds(),
-            worker_owned=worker_hosts is not None,
+            host_resources=options.host_resources,
+            executor_pool=options.executor_pool or ExecutorPoolOptions(),
+            retention=options.retention or RetentionOptions(),
+            stream_batch_window=options.stream_batch_window.total_seconds(),
+            worker_owned=options.worker_hosts is not None,
         )
         self.client = EngineClient(self)
         self._sync: SyncEngineClient | None = None
@@ -277,137 +307,39 @@ class FlowEngine:
         stream_batch_window: timedelta = timedelta(seconds=STREAM_BATCH_WINDOW_SECONDS),
         local_channels: bool = True,
         worker_hosts: WorkerHosts | None = None,
+        options: EngineOptions | None = None,
     ) -> FlowEngine:
         """Join the current Ray (or start a local one), open the store, register ``flows``.
+
+        Every keyword but ``flows`` and ``options`` is the field of its name of
+        ``EngineOptions`` (``engine/_engine_options.py``), which says all of it:
+
+        - ``store``: a SQLite path, a ``postgresql://`` URI or a store config;
+        - ``namespace``: the Ray namespace of the engine's actors;
+        - ``codec_registry``: custom codecs, as for ``dex.Registry``;
+        - ``ray_address``: passed to ``ray.init`` when Ray is not initialized yet;
+        - ``resume``: re-activate runs that have work in flight in the store;
+        - ``placement``, ``shared_hosts``: shared hosts (how many) or one per run;
+        - ``passivate_after``: let a run that only waits leave memory after this long;
+        - ``host_resources``: custom Ray resources every host actor requires;
+        - ``executor_pool``, ``retention``: pooled executors; what runs keep;
+        - ``stream_batch_window``: how long a busy run's long poll gathers messages;
+        - ``local_channels``: reach this node's shared hosts by Unix socket;
+        - ``worker_hosts``: tie the namespace's hosts to one worker process.
 
         Args:
             flows: The Flow definitions to register; each is stored by value, so
                 any process can re-activate its runs later.
-            store: A SQLite file path, a ``postgresql://`` URI (the ``postgres``
-                extra) or a store config; default ``./.dex-agents-ray/engine.db``.
-            namespace: The Ray namespace of the engine's actors; default
-                ``"dex-agents-ray"``. Two drivers with the same store and namespace
-                share runs.
-            codec_registry: Custom codecs, as for ``dex.Registry``.
-            ray_address: Passed to ``ray.init`` when Ray is not initialized yet.
-            resume: Re-activate runs that have work in flight in the store.
-            placement: ``"shared"`` (the default: ``shared_hosts`` long-lived
-                hosts, runs placed by a stable hash of the flow ID) or
-                ``"dedicated"`` (one host actor per run, ``dexrun:<flow id>``), or
-                a ``Placement``. Every driver of a namespace must use the same
-                placement. Shared hosts start a run in milliseconds; a dedicated
-                host costs an actor (about 1 s and 60 MiB here) per run and per
-                re-activation after passivation.
-            shared_hosts: The number of shared hosts. ``None``: as many as the
-                namespace's live shared hosts were started with, or else the
-                cluster's CPUs, at most 4 (a host is one Python process: more hosts
-                than CPUs only compete for the same cores; a cluster whose nodes
-                are still to come should pass its number). A number that differs
-                from a live pool's is refused: runs would be placed on other hosts.
-            passivate_after: Let a run whose Steps only wait (for a message, an
-                approval, or a timer further away than this) leave memory after
-                this long without activity; a dedicated host then exits. The next
-                client call or the namespace's scheduler (for a due timer) brings
-                it back. ``None`` keeps runs resident.
-            host_resources: Custom Ray resources every host actor (and the
-                scheduler) requires, e.g. ``{"sessions": 0.001}`` to keep hosts on
-                the nodes that offer them.
-            executor_pool: How the executor actors of remote Steps scale (see
-                ``ExecutorPoolOptions``); every driver of a namespace should
-                pass the same. ``None``: the defaults.
-            retention: What runs keep of their past (``RetentionOptions``: the
-                newest 2,000 finished executions with their history and 1,000
-                remembered RPC responses per run by default).
-            stream_batch_window: How long a ``read_stream`` long poll that found
-                messages of a busy run (an attempt in flight, a Step about to run)
-                waits for the ones that follow before it answers; it answers as
-                soon as the run only waits. A turn's events then reach a reader in
-                one Ray call instead of one per commit, and a message is at most
-                this late (never past the poll's own timeout). Default 50 ms;
-                ``timedelta(0)`` answers at once.
-            local_channels: Let this driver's client send its calls to a shared
-                host of its own node by the host's Unix socket once its first
-                call through Ray has answered (about 0.1 ms there and back where
-                a Ray call takes over 1 ms; calls to other nodes stay on Ray).
-                ``False``: every call goes through Ray. The hosts' calls to
-                executors have their own switch, ``ExecutorPoolOptions.local_channel``.
-            worker_hosts: Tie the namespace's hosts to one worker process, as a
-                Dex Worker holds its Flows, so a test can kill them all at once
-                (``dex_agents_ray.testing.run_agent_worker``). ``"own"``: this
-                driver starts every shared host as its own actor (not detached),
-                so the hosts, their executors and the scheduler end when this
-                process ends; it resumes the runs with work in flight. ``"use"``:
-                this driver starts no host and resumes nothing; its calls go to
-                the hosts a worker started and wait for a replacement while none
-                runs (``HostNotStartedError`` past the client's deadline). Both
-                need the shared placement. ``None`` (the default): detached hosts
-                that any driver creates on demand and that outlive every driver.
+            options: All of the above as one value; then give no other keyword.
         """
-        if not isinstance(local_channels, bool):
-            raise TypeError(f"local_channels must be a bool, got {type(local_channels).__name__}")
-        if worker_hosts not in (None, "own", "use"):
-            raise ValueError(f"worker_hosts must be 'own', 'use' or None, got {worker_hosts!r}")
-        import ray
-        from ray import cloudpickle
-
-        if passivate_after is not None and passivate_after.total_seconds() <= 0:
-            raise ValueError(f"passivate_after must be positive, got {passivate_after}")
-        if not isinstance(stream_batch_window, timedelta) or not (
-            timedelta(0) <= stream_batch_window <= MAX_STREAM_BATCH_WINDOW
-        ):
-            raise ValueError(
-                "stream_batch_window must be a timedelta from 0 to "
-                f"{MAX_STREAM_BATCH_WINDOW}, got {stream_batch_window!r}"
-            )
-        registry = Registry(
-            list(flows), CachingCodecRegistry(codec_registry), allow_async_handlers=True
-        )
-        # A Placement given whole says its size; else ``shared_hosts`` (None: chosen).
-        asked = placement.shared_hosts if isinstance(placement, Placement) else shared_hosts
-        if not isinstance(placement, Placement):
-            placement = Placement(
-                mode=PlacementMode(placement),
-                shared_hosts=DEFAULT_SHARED_HOSTS if shared_hosts is None else shared_hosts,
-            )
-        namespace = namespace or DEFAULT_NAMESPACE
-        owns_ray = False
-        if not ray.is_initialized():
-            local = ray_address is None and not os.environ.get("RAY_ADDRESS")
-            ray.init(
-                address=ray_address,
-                namespace=namespace,
-                include_dashboard=False,
-                _system_config=task_worker_system_config() if local else None,
-            )
-            owns_ray = True
-        if placement.mode is PlacementMode.SHARED:
-            size = await _shared_pool_size(namespace, asked)
-            if size != placement.shared_hosts:
-                placement = dataclasses.replace(placement, shared_hosts=size)
-        elif worker_hosts is not None:
-            raise ValueError(
-                f"worker_hosts={worker_hosts!r} needs the shared placement: a worker "
-                "starts every host of the namespace up front"
-            )
-        config = _store_config(store)
-        flow_store = open_store(config)
-        await flow_store.open()
-        hashes: dict[str, str] = {}
-        for flow in flows:
-            _resolve_annotations(flow)
-            blob: bytes = cloudpickle.dumps((flow, codec_registry))  # type: ignore[no-untyped-call]
-            flow_hash = hashlib.sha256(blob).hexdigest()[:32]
-            await flow_store.put_flow_definition(flow.get_flow_type(), flow_hash, blob)
-            hashes[flow.get_flow_type()] = flow_hash
-        engine = cls(
-            flows=list(flows),
-            registry=registry,
-            store=flow_store,
-            store_config=config,
+        given = EngineOptions(
+            store=store,
             namespace=namespace,
-            hashes=hashes,
-            owns_ray=owns_ray,
+            codec_registry=codec_registry,
+            ray_address=ray_address,
+            resume=resume,
             placement=placement,
+            shared_hosts=shared_hosts,
             passivate_after=passivate_after,
             host_resources=host_resources,
             executor_pool=executor_pool,
@@ -416,13 +348,61 @@ class FlowEngine:
             local_channels=local_channels,
             worker_hosts=worker_hosts,
         )
-        if worker_hosts == "own":
+        if options is None:
+            options = given
+        elif given != EngineOptions():
+            raise TypeError("FlowEngine.start takes options= or the keywords it holds, not both")
+        return await cls._start(list(flows), options)
+
+    @classmethod
+    async def _start(cls, flows: list[Flow[Any]], options: EngineOptions) -> FlowEngine:
+        """:meth:`start` with its options made (and so checked)."""
+        registry = Registry(
+            list(flows), CachingCodecRegistry(options.codec_registry), allow_async_handlers=True
+        )
+        placement = options.placement
+        # A Placement given whole says its size; else ``shared_hosts`` (None: chosen).
+        asked = placement.shared_hosts if isinstance(placement, Placement) else options.shared_hosts
+        if not isinstance(placement, Placement):
+            placement = Placement(
+                mode=PlacementMode(placement),
+                shared_hosts=(
+                    DEFAULT_SHARED_HOSTS if options.shared_hosts is None else options.shared_hosts
+                ),
+            )
+        namespace = options.namespace or DEFAULT_NAMESPACE
+        owns_ray = _join_ray(namespace, options.ray_address)
+        if placement.mode is PlacementMode.SHARED:
+            size = await _shared_pool_size(namespace, asked)
+            if size != placement.shared_hosts:
+                placement = dataclasses.replace(placement, shared_hosts=size)
+        elif options.worker_hosts is not None:
+            raise ValueError(
+                f"worker_hosts={options.worker_hosts!r} needs the shared placement: a worker "
+                "starts every host of the namespace up front"
+            )
+        config = _store_config(options.store)
+        flow_store = open_store(config)
+        await flow_store.open()
+        hashes = await _store_definitions(flow_store, flows, options.codec_registry)
+        engine = cls(
+            flows=flows,
+            registry=registry,
+            store=flow_store,
+            store_config=config,
+            namespace=namespace,
+            hashes=hashes,
+            owns_ray=owns_ray,
+            placement=placement,
+            options=options,
+        )
+        if options.worker_hosts == "own":
             await engine._start_worker_hosts()
-        if worker_hosts == "use":
+        if options.worker_hosts == "use":
             return engine  # the worker wakes timers and resumes runs
-        if passivate_after is not None:
+        if options.passivate_after is not None:
             await scheduler_handle(engine.host_config).woken_runs.remote()
-        if resume:
+        if options.resume:
             await engine.resume_runs()
         return engine
 
@@ -451,7 +431,7 @@ class FlowEngine:
                 f"flow {flow_type or flow!r} is not registered with this engine "
                 f"(registered: {known})"
             )
-        return self.registry._flow_for_instance(flow), self._hashes[flow_type]
+        return flow_for_instance(self.registry, flow), self._hashes[flow_type]
 
     def host(self, flow_id: str) -> Any:
         """The host actor of ``flow_id``, created on demand."""

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dex_agents_ray.engine._records import StreamRecord
+from dex_agents_ray.engine.store._records import StreamRecord
 
 __all__ = ["NEWCOMER_DELAY_SECONDS", "SharedPolls"]
 

@@ -17,8 +17,8 @@ from datetime import datetime
 
 from dex import Context
 
-from dex_agents_ray.engine._stored import encoded_size as stored_encoded_size
-from dex_agents_ray.engine._stored import stored_size
+from dex_agents_ray.engine.sdk._stored import encoded_size as stored_encoded_size
+from dex_agents_ray.engine.sdk._stored import stored_size
 from dex_agents_ray.session._api import AgentSessionOptions
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,

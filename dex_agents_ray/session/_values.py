@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from dex_agents_ray.engine import _clock
-from dex_agents_ray.engine._codecs import share_decoded_values
+from dex_agents_ray.engine.sdk._codecs import share_decoded_values
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect
 from dex_agents_ray.session._wire import coerce_fields

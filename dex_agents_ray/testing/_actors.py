@@ -6,8 +6,8 @@ import asyncio
 import os
 import signal
 
-from dex_agents_ray.engine._executor import EXECUTOR_PREFIX
-from dex_agents_ray.engine._hosts import SCHEDULER_NAME
+from dex_agents_ray.engine.actors._executor import EXECUTOR_PREFIX
+from dex_agents_ray.engine.actors._handles import SCHEDULER_NAME
 
 __all__ = ["EXECUTOR_PREFIX", "SCHEDULER_NAME", "kill_named_actor", "named_actors"]
 

@@ -100,7 +100,7 @@ def latest_model_loads(store: Path, flow_id: str) -> list[str]:
     """What the newest ``RunModel`` execution of ``flow_id`` loads."""
     from dex.dexpb import dex_pb2 as pb
 
-    from dex_agents_ray.engine._records import ExecRecord
+    from dex_agents_ray.engine.store._records import ExecRecord
 
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
         docs = [

@@ -1,4 +1,4 @@
-"""A client's socket to a shared host of its node (``engine/_channel.py``): calls
+"""A client's socket to a shared host of its node (``engine/actors/_channel.py``): calls
 after the first go there, a host that dies under a call on it is retried through
 Ray with the same request ID, and ``local_channels=False`` keeps every call on Ray."""
 

@@ -24,7 +24,7 @@ from dex_agents_ray import (
     MessageRole,
     ToolEffect,
 )
-from dex_agents_ray.engine._codecs import (
+from dex_agents_ray.engine.sdk._codecs import (
     CachingCodecRegistry,
     _dumps,
     _encode,

@@ -143,8 +143,8 @@ async def _until_waiting(engine: Any, flow_id: str, exec_id: str) -> None:
 
 async def test_store_refuses_a_commit_from_an_old_epoch(tmp_path: Path) -> None:
     from dex_agents_ray.engine import SqliteStoreConfig, StaleEpochError
-    from dex_agents_ray.engine._records import Commit
-    from dex_agents_ray.engine._sqlite import SqliteFlowStore
+    from dex_agents_ray.engine.store._records import Commit
+    from dex_agents_ray.engine.store._sqlite import SqliteFlowStore
 
     store = SqliteFlowStore(SqliteStoreConfig(path=str(tmp_path / "s.db")))
     await store.open()

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from dex import FlowStatus
 
-from dex_agents_ray.engine._immutable import deeply_immutable
+from dex_agents_ray.engine.sdk._immutable import deeply_immutable
 from dex_agents_ray.session._values import AgentMessage, AgentToolCall
 from tests.engine.flows_decoded import Box, DecodedFlow, Point
 

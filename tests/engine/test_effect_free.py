@@ -18,7 +18,7 @@ import pytest
 from dex import FlowStatus
 
 from dex_agents_ray.engine import effect_free
-from dex_agents_ray.engine._effect_free import is_effect_free
+from dex_agents_ray.engine.run._effect_free import is_effect_free
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
 from tests.engine.flows_effect_free import (
     Chain,

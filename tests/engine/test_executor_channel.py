@@ -1,4 +1,4 @@
-"""The same-node socket between a host and its executors (``engine/_channel.py``):
+"""The same-node socket between a host and its executors (``engine/actors/_channel.py``):
 calls after the first go there, an executor's death fails the calls in flight on
 it as a death over Ray does, and an executor without the Flow definition asks
 the host for it."""
@@ -147,7 +147,7 @@ async def test_a_batch_the_socket_cannot_send_fails_its_attempts_unsent() -> Non
     import asyncio
 
     from dex_agents_ray.engine import RayTaskOptions
-    from dex_agents_ray.engine._pool import ExecutorPool
+    from dex_agents_ray.engine.actors._pool import ExecutorPool
 
     class _Unsendable:
         closed = False

@@ -11,7 +11,7 @@ import ray
 from dex import FlowStatus
 
 from dex_agents_ray.engine import ExecutorPoolOptions, RayTaskOptions, RemoteExecution
-from dex_agents_ray.engine._remote import YOUNG_COLLECTION_THRESHOLD
+from dex_agents_ray.engine.run._remote import YOUNG_COLLECTION_THRESHOLD
 from dex_agents_ray.testing import (
     FileGate,
     InvocationLog,
@@ -357,7 +357,7 @@ async def test_a_batch_ray_refuses_at_once_fails_its_attempts_unsent() -> None:
     its attempts with that error instead of leaving them waiting."""
     import asyncio
 
-    from dex_agents_ray.engine._pool import ExecutorPool
+    from dex_agents_ray.engine.actors._pool import ExecutorPool
 
     class _Refusing:
         def remote(self, *args: Any) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dex_agents_ray.engine._handler_threads import HandlerThreads
+from dex_agents_ray.engine.sdk._handler_threads import HandlerThreads
 
 
 def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import ray
 from dex import FlowStatus
 
-from dex_agents_ray.engine._hosts import SCHEDULER_NAME
+from dex_agents_ray.engine.actors._handles import SCHEDULER_NAME
 from dex_agents_ray.testing import FileGate
 from tests.engine.flows_crash import SlowWake, TimerFlow, TimerJob
 from tests.engine.polling import named_actors, until

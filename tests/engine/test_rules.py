@@ -6,9 +6,9 @@ import pytest
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine._query import Term, matcher, parse_query
-from dex_agents_ray.engine._records import ChannelMessageRecord
-from dex_agents_ray.engine._retry import next_retry_delay
-from dex_agents_ray.engine._waits import evaluate_wait, next_timer_at
+from dex_agents_ray.engine.run._retry import next_retry_delay
+from dex_agents_ray.engine.run._waits import evaluate_wait, next_timer_at
+from dex_agents_ray.engine.store._records import ChannelMessageRecord
 
 ALL = pb.WAITING_CONDITION_TYPE_ALL_COMPLETED
 ANY = pb.WAITING_CONDITION_TYPE_ANY_COMPLETED

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dex.dexpb import dex_pb2 as pb
 
-from dex_agents_ray.engine._records import RunRecord, RunStatus
-from dex_agents_ray.engine._state import RunState, Tx
+from dex_agents_ray.engine.run._state import RunState, Tx
+from dex_agents_ray.engine.store._records import RunRecord, RunStatus
 
 
 def _state() -> RunState:

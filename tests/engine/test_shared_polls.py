@@ -19,8 +19,8 @@ from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import SqliteStoreConfig
 from dex_agents_ray.engine._polls import Position, SharedPolls
-from dex_agents_ray.engine._records import Commit, StreamRecord
-from dex_agents_ray.engine._streams import StreamBuffer
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.store._records import Commit, StreamRecord
 from dex_agents_ray.testing import wait_until
 from tests.engine.flows_state import Events, StreamFlow
 from tests.stores.records import entry, opened, run

@@ -11,8 +11,8 @@ from pathlib import Path
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import SqliteStoreConfig
-from dex_agents_ray.engine._records import Commit, StreamAppend
-from dex_agents_ray.engine._streams import StreamBuffer
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.store._records import Commit, StreamAppend
 from tests.stores.records import entry, opened, run
 
 

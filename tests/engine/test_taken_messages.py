@@ -16,8 +16,8 @@ import pytest
 from dex import WorkerInvocationError
 
 from dex_agents_ray.engine import taken_channel_messages
-from dex_agents_ray.engine._records import ExecRecord, ExecStatus, RunRecord, RunStatus
-from dex_agents_ray.engine._run_rows import run_from_row
+from dex_agents_ray.engine.store._records import ExecRecord, ExecStatus, RunRecord, RunStatus
+from dex_agents_ray.engine.store._run_rows import run_from_row
 from dex_agents_ray.testing import FileGate, kill_flow_actor
 from tests.engine.flows_config import ConfigFlow, Go, Inbox, Task
 from tests.engine.polling import wait_for_event

@@ -19,7 +19,7 @@ from dex_agents_ray import (
     ToolEffect,
     ToolPolicy,
 )
-from dex_agents_ray.engine._hosts import SCHEDULER_NAME
+from dex_agents_ray.engine.actors._handles import SCHEDULER_NAME
 from dex_agents_ray.testing import InvocationLog
 from tests.engine.polling import named_actors, until
 from tests.session.agents import Call, Reply, build_flow

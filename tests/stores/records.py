@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from dex_agents_ray.engine import StoreConfig
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.store._open import open_store
+from dex_agents_ray.engine.store._records import (
     ChannelMessageRecord,
     CompletionRecord,
     ExecRecord,
@@ -16,7 +17,7 @@ from dex_agents_ray.engine._records import (
     RunRecord,
     RunStatus,
 )
-from dex_agents_ray.engine._store import FlowStore, open_store
+from dex_agents_ray.engine.store._store import FlowStore
 
 
 @asynccontextmanager

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from dex_agents_ray.engine import FlowStore, StaleEpochError
-from dex_agents_ray.engine._records import Commit, LoadedRun
+from dex_agents_ray.engine.store._records import Commit, LoadedRun
 from tests.stores.conftest import Backend
 from tests.stores.records import completion, entry, opened, run
 

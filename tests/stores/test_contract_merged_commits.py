@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dex_agents_ray.engine._records import (
+from dex_agents_ray.engine.store._records import (
     Commit,
     ExecStatus,
     PruneRequest,
     StreamAppend,
     merge_commits,
 )
-from dex_agents_ray.engine._store import FlowStore
+from dex_agents_ray.engine.store._store import FlowStore
 from tests.stores.conftest import Backend
 from tests.stores.records import completion, entry, execution, message, opened, run
 

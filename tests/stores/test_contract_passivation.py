@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dex_agents_ray.engine import StaleEpochError
-from dex_agents_ray.engine._records import Commit
+from dex_agents_ray.engine.store._records import Commit
 from tests.stores.conftest import Backend
 from tests.stores.records import opened, run
 

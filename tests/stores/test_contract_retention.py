@@ -4,7 +4,7 @@ active executions, completions and other runs."""
 
 from __future__ import annotations
 
-from dex_agents_ray.engine._records import Commit, ExecStatus, PruneRequest
+from dex_agents_ray.engine.store._records import Commit, ExecStatus, PruneRequest
 from tests.stores.conftest import Backend
 from tests.stores.records import completion, entry, execution, opened, run
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dex_agents_ray.engine import StaleEpochError
-from dex_agents_ray.engine._records import SCHEMA_VERSION, Commit, ExecStatus, RunStatus
-from dex_agents_ray.engine._run_rows import PER_RUN_TABLES
+from dex_agents_ray.engine.store._records import SCHEMA_VERSION, Commit, ExecStatus, RunStatus
+from dex_agents_ray.engine.store._run_rows import PER_RUN_TABLES
 from tests.stores.conftest import Backend
 from tests.stores.records import completion, entry, execution, message, opened, run
 

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from dex_agents_ray.engine import FlowStore, SqliteStoreConfig
-from dex_agents_ray.engine._records import Commit, RunRecord, RunStatus
+from dex_agents_ray.engine.store._records import Commit, RunRecord, RunStatus
 from tests.stores.conftest import Backend
 from tests.stores.records import opened, run
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from dex_agents_ray.engine import StaleEpochError
-from dex_agents_ray.engine._records import Commit, StreamAppend
+from dex_agents_ray.engine.store._records import Commit, StreamAppend
 from tests.stores.conftest import Backend
 from tests.stores.records import entry, opened, run
 

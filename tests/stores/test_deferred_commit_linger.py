@@ -16,10 +16,10 @@ import pytest
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import SqliteStoreConfig, StaleEpochError
-from dex_agents_ray.engine._driver import RunDriver
-from dex_agents_ray.engine._records import Commit, LoadedRun
-from dex_agents_ray.engine._store import FlowStore
-from dex_agents_ray.engine._streams import StreamBuffer
+from dex_agents_ray.engine.run._driver import RunDriver
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.store._records import Commit, LoadedRun
+from dex_agents_ray.engine.store._store import FlowStore
 from tests.stores.records import opened, run
 
 

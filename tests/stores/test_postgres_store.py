@@ -12,9 +12,10 @@ import pytest
 
 from dex_agents_ray.engine import PostgresStoreConfig, SqliteStoreConfig
 from dex_agents_ray.engine._engine import _store_config
-from dex_agents_ray.engine._postgres_sql import _fetch_one
-from dex_agents_ray.engine._records import Commit
-from dex_agents_ray.engine._store import open_store, redact_dsn
+from dex_agents_ray.engine.store._open import open_store
+from dex_agents_ray.engine.store._postgres_sql import _fetch_one
+from dex_agents_ray.engine.store._records import Commit
+from dex_agents_ray.engine.store._store import redact_dsn
 from tests.stores.postgres_server import PostgresServer
 from tests.stores.records import opened, run
 

@@ -21,9 +21,9 @@ from dex_agents_ray.engine import (
     SqliteStoreConfig,
     StoreUnavailableError,
 )
-from dex_agents_ray.engine import _sqlite as sqlite_store
-from dex_agents_ray.engine._records import ChannelMessageRecord, Commit, StreamAppend
-from dex_agents_ray.engine._sqlite import SqliteFlowStore
+from dex_agents_ray.engine.store import _sqlite as sqlite_store
+from dex_agents_ray.engine.store._records import ChannelMessageRecord, Commit, StreamAppend
+from dex_agents_ray.engine.store._sqlite import SqliteFlowStore
 from tests.stores.postgres_server import PostgresServer
 from tests.stores.records import entry, opened, run
 from tests.stores.tcp_proxy import fault_proxy

@@ -1,0 +1,489 @@
+"""Running one attempt of a Step: in the host, on a pooled executor, or as a Ray task.
+
+``AttemptRunner`` is the part of a run's driver that starts an attempt, watches
+its deadline and heartbeats, takes its start acknowledgement and its frames
+(heartbeats, Stream writes), and hands back what it produced. The driver
+(``_driver.RunDriver``) decides what attempts run and commits their outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dex.dexpb import dex_pb2 as pb
+
+from dex_agents_ray.engine import _clock as clock
+from dex_agents_ray.engine._options import RayTaskOptions, RemoteExecution, StepAttemptProgress
+from dex_agents_ray.engine.run._remote import (
+    ABANDONED,
+    AbandonedAttempt,
+    RemoteRequest,
+    decode_frame,
+    decode_result,
+    definition_key,
+    remote_step_function,
+)
+from dex_agents_ray.engine.run._retry import DEFAULT_METHOD_TIMEOUT
+from dex_agents_ray.engine.run._state import RunState, Tx
+from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.run._watch import AttemptOutcome, describe_failure, watch_attempt
+from dex_agents_ray.engine.sdk._invoke import FlowMapper, StepResult, invoke_step
+from dex_agents_ray.engine.sdk._sdk import InvocationMethod
+from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
+from dex_agents_ray.engine.store._records import ExecRecord, ExecStatus, evolve
+from dex_agents_ray.engine.store._store import StaleEpochError
+
+
+class AttemptPool(Protocol):
+    """Where a host sends its pooled remote attempts (``actors._pool.ExecutorPool``).
+
+    The driver runs below the actors, so it knows the pool by this method only.
+    """
+
+    def submit(
+        self,
+        options: RayTaskOptions,
+        options_text: str,
+        args: tuple[Any, ...],
+        attempt_key: tuple[str, str, int],
+        on_frames: Callable[[list[tuple[str, str, int, str, bytes]]], None],
+    ) -> tuple[asyncio.Future[Any], Callable[[], None]]:
+        """Send one attempt to an executor of its shape; returns (result, kill).
+
+        The result raises ``AbandonedAttempt`` for an attempt the executor
+        refused or cancelled.
+        """
+        ...
+
+
+@dataclass
+class FlowDefinition:
+    """A registered Flow as one host process holds it."""
+
+    flow_type: str
+    flow_hash: str
+    blob: bytes
+    flow: _RegisteredFlow
+    mapper: FlowMapper
+    blob_ref: Any = None
+    """The blob in Ray's object store, put once and passed to remote tasks."""
+    blob_key: str = ""
+    """The blob's content hash: executors cache loaded definitions by it."""
+
+
+@dataclass
+class Live:
+    """In-memory bookkeeping for one running attempt."""
+
+    attempt: int
+    last_beat: float
+    kill: Callable[[], None]
+    first_attempt_at: float | None = None
+    """What the attempt's request said ``first_attempt_at`` is (recorded at its start)."""
+    acked: asyncio.Future[None] | None = None
+    """A remote attempt's start acknowledgement; its timeouts count from it."""
+    dispatch: int | None = None
+    """The number a pooled executor knows this attempt's call by (see ``_DISPATCHES``)."""
+
+
+_DISPATCHES = itertools.count(1)
+"""Numbers for calls to pooled executors, one per dispatch, never reused in a host
+process. An executor names a call by it (with the run and the execution) in its
+acknowledgement, frames, early results and orphan checks, so no other call of
+the execution passes for the call the host waits for now: attempt numbers do
+not tell them apart (a remote Step's ``wait_for`` call and its first
+``execute`` call are both attempt 1)."""
+
+
+class AttemptRunner:
+    """Attempts of one run's Steps (a part of ``RunDriver``; see the module docstring)."""
+
+    flow_id: str
+    definition: FlowDefinition | None
+    state: RunState
+    commit_lock: asyncio.Lock
+    _live: dict[str, Live]
+    _pool: AttemptPool | None
+    _host_handle: Any
+    _host_name: str
+    streams: StreamBuffer
+
+    def tx(self) -> Tx:
+        raise NotImplementedError
+
+    async def commit(self, tx: Tx, *, replace_run: bool = False) -> Any:
+        raise NotImplementedError
+
+    def background(self, coro: Any) -> None:
+        raise NotImplementedError
+
+    def _is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
+        raise NotImplementedError
+
+    async def ack_remote_start(self, exec_id: str, attempt: int) -> bool:
+        """A remote task is about to run user code: record it, or refuse."""
+        return (await self.ack_remote_starts([(exec_id, attempt)]))[0]
+
+    async def ack_remote_starts(self, attempts: list[tuple[str, int]]) -> list[bool]:
+        """Remote attempts about to run user code: record the starts not recorded
+        at dispatch (in one commit), or refuse each that is superseded."""
+        return await self._ack_starts([(exec_id, attempt, None) for exec_id, attempt in attempts])
+
+    async def ack_dispatches(self, calls: list[tuple[str, int]]) -> list[bool]:
+        """:meth:`ack_remote_starts` for pooled executors' calls, named by
+        (execution ID, dispatch number): a call is accepted only while it is the
+        one the host waits for."""
+        return await self._ack_starts([(exec_id, None, dispatch) for exec_id, dispatch in calls])
+
+    async def _ack_starts(self, items: list[tuple[str, int | None, int | None]]) -> list[bool]:
+        """Each item names its attempt by number or by dispatch number."""
+        async with self.commit_lock:
+            answers: list[bool] = []
+            accepted: list[Live] = []
+            tx = self.tx()
+            for exec_id, number, dispatch in items:
+                live = self._live.get(exec_id)
+                record = self.state.execs.get(exec_id)
+                if dispatch is not None:
+                    matches = live is not None and live.dispatch == dispatch
+                else:
+                    matches = live is not None and live.attempt == number
+                ok = matches and record is not None
+                attempt = live.attempt if live is not None else 0
+                if ok and record is not None and record.status is ExecStatus.WAIT_FOR:
+                    ok = self._is_current(exec_id, ExecStatus.WAIT_FOR, attempt, wait=True)
+                elif ok and record is not None:
+                    ok = self._is_current(exec_id, ExecStatus.READY, attempt, wait=False)
+                    if ok and live is not None and record.attempts_started < attempt:
+                        stage_start(tx, exec_id, attempt, live.first_attempt_at)
+                if ok and live is not None:
+                    accepted.append(live)
+                answers.append(ok)
+            if tx.commit.history:
+                await self.commit(tx)
+            for live in accepted:
+                _acknowledged(live)
+            return answers
+
+    async def _attempt(
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        options: pb.StepOptions,
+        *,
+        early_start: bool = False,
+    ) -> AttemptOutcome:
+        """Run one attempt where its Step runs and watch it.
+
+        ``early_start`` (a remote ``execute`` attempt whose start was recorded at
+        dispatch): the executor runs user code as it sends the start
+        acknowledgement instead of after the host's answer, and a refusal cancels
+        it; any reply from the executor then counts as acknowledged (see
+        ``StepExecutor`` in ``engine/actors/_executor.py``).
+        """
+        future, live, decode = self._start_attempt(record, attempt, method, options, early_start)
+        exec_id = record.exec_id
+        self._live[exec_id] = live
+        raw_timeout = (
+            options.wait_for_timeout_seconds
+            if method is InvocationMethod.WAIT_FOR
+            else options.execute_timeout_seconds
+        )
+        try:
+            outcome = await watch_attempt(
+                future,
+                timeout=float(raw_timeout or DEFAULT_METHOD_TIMEOUT),
+                heartbeat_timeout=float(options.heartbeat_timeout_seconds) or None,
+                last_beat=lambda: live.last_beat,
+                kill=live.kill,
+                decode=decode,
+                acked=live.acked,
+            )
+        except (_Abandoned, AbandonedAttempt):
+            outcome = AttemptOutcome(error_type="AttemptAbandoned", detail="superseded attempt")
+        except Exception as error:  # a result the engine cannot decode fails the attempt
+            outcome = describe_failure(error)
+        finally:
+            if self._live.get(exec_id) is live:
+                del self._live[exec_id]
+        if live.acked is not None and not live.acked.done():
+            outcome.acknowledged = False
+        return outcome
+
+    def _start_attempt(
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        options: pb.StepOptions,
+        early_start: bool,
+    ) -> tuple[asyncio.Future[Any], Live, Callable[[Any], StepResult]]:
+        """Start one attempt (see :meth:`_attempt`): its result, its bookkeeping,
+        and how to read its result."""
+        assert self.definition is not None
+        is_wait = method is InvocationMethod.WAIT_FOR
+        # A remote attempt records its start later, at its acknowledgement: fix
+        # first_attempt_at now so the request and the record agree.
+        first_attempt_at = record.first_attempt_at or float(int(clock.now()))
+        local = record.remote is None
+        request = (
+            self.state.wait_for_request(record, attempt, attributes=False)
+            if is_wait
+            else self.state.execute_request(
+                evolve(record, first_attempt_at=first_attempt_at), attempt, attributes=False
+            )
+        )
+        loaded_maps = (
+            options.wait_for_load_attribute_map_instances
+            if is_wait
+            else options.execute_load_attribute_map_instances
+        )
+        progress = (
+            StepAttemptProgress(record.recovery.progress)
+            if record.recovery is not None
+            else StepAttemptProgress.UNSPECIFIED
+        )
+        loop = asyncio.get_running_loop()
+        exec_id = record.exec_id
+        if local:
+            # A local attempt reads the Attributes from the same snapshot, lazily; a
+            # remote one gets them in its request.
+            future = asyncio.ensure_future(
+                invoke_step(
+                    self.definition.mapper,
+                    self.definition.flow,
+                    method,
+                    request,
+                    attempt_progress=progress,
+                    is_active=lambda: self.attempt_active(exec_id, attempt),
+                    sink=lambda frame: self.on_frame(exec_id, attempt, frame),
+                    attribute_values=self.state.attribute_values(loaded_maps),
+                )
+            )
+            return future, Live(attempt, loop.time(), lambda: _cancel(future)), _identity
+        payload = (request.SerializeToString(), self.state.attribute_snapshot(loaded_maps))
+        remote, kill, dispatch = self._submit_remote(
+            record, attempt, method, payload, progress, early_start
+        )
+        live = Live(attempt, loop.time(), kill, first_attempt_at, loop.create_future(), dispatch)
+        if early_start:
+            # Registered before the watch's own callback: a reply marks the
+            # start before the outcome is looked at.
+            remote.add_done_callback(lambda done: _replied(done, live))
+        return remote, live, _decode_remote
+
+    def _submit_remote(
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        payload: RemoteRequest,
+        progress: StepAttemptProgress,
+        early_start: bool = False,
+    ) -> tuple[asyncio.Future[Any], Callable[[], None], int | None]:
+        """Send an attempt's request (see ``RemoteRequest``) to Ray; returns its
+        result, how to kill it, and its dispatch number (pooled executors only)."""
+        import ray
+
+        assert self.definition is not None and record.remote is not None
+        definition = self.definition
+        if definition.blob_ref is None:
+            definition.blob_ref = ray.put(definition.blob)
+            definition.blob_key = definition_key(definition.blob)
+        ray_options = _task_options(record.remote)
+        method_name = "wait_for" if method is InvocationMethod.WAIT_FOR else "execute"
+        if ray_options.execution is RemoteExecution.POOL and self._pool is not None:
+            dispatch = next(_DISPATCHES)
+            future, kill_call = self._pool.submit(
+                ray_options,
+                record.remote,
+                (
+                    definition.blob_key,
+                    [definition.blob_ref],
+                    method_name,
+                    payload,
+                    progress.value,
+                    self._host_name,
+                    self.flow_id,
+                    record.exec_id,
+                    dispatch,
+                    early_start,
+                ),
+                (self.flow_id, record.exec_id, dispatch),
+                self._on_frames,
+            )
+            return future, kill_call, dispatch
+        ref = (
+            remote_step_function()
+            .options(**ray_options.ray_options())
+            .remote(
+                definition.blob_ref,
+                method_name,
+                payload,
+                progress.value,
+                self._host_handle,
+                self.flow_id,
+                record.exec_id,
+                attempt,
+            )
+        )
+
+        def kill() -> None:
+            ray.cancel(ref, force=True)
+
+        return asyncio.ensure_future(_await_ref(ref)), kill, None
+
+    def attempt_active(self, exec_id: str, attempt: int) -> bool:
+        """Whether ``attempt`` of ``exec_id`` is running for this driver now."""
+        live = self._live.get(exec_id)
+        return live is not None and live.attempt == attempt and self.state.is_running
+
+    def dispatch_active(self, exec_id: str, dispatch: int) -> bool:
+        """Whether the pooled executor's call ``dispatch`` of ``exec_id`` is the one
+        running for this driver now."""
+        return self._by_dispatch(exec_id, dispatch) is not None and self.state.is_running
+
+    def _by_dispatch(self, exec_id: str, dispatch: int) -> Live | None:
+        live = self._live.get(exec_id)
+        return live if live is not None and live.dispatch == dispatch else None
+
+    def _on_frames(self, frames: list[tuple[str, str, int, str, bytes]]) -> None:
+        """Frames that came back with a pooled executor's reply."""
+        for _, exec_id, dispatch, kind, payload in frames:
+            self.on_dispatch_frame(exec_id, dispatch, decode_frame(kind, payload))
+
+    def on_dispatch_frame(
+        self, exec_id: str, dispatch: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    ) -> None:
+        """A frame from the pooled executor's call ``dispatch``; one of another call
+        of the execution (its ``wait_for`` call, say) is dropped."""
+        live = self._by_dispatch(exec_id, dispatch)
+        if live is not None:
+            self.on_frame(exec_id, live.attempt, frame)
+
+    def on_frame(
+        self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    ) -> None:
+        """A heartbeat or Stream write from a running attempt (local or remote)."""
+        live = self._live.get(exec_id)
+        if live is None or live.attempt != attempt:
+            return
+        live.last_beat = asyncio.get_running_loop().time()
+        if isinstance(frame, pb.StepStreamWrite):
+            self.streams.write(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
+            return
+        checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
+        record = self.state.execs.get(exec_id)
+        if record is not None and record.heartbeat == checkpoint:
+            return  # nothing new to store (most beats: liveness only)
+        self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
+
+    async def _persist_heartbeat(
+        self, exec_id: str, attempt: int, checkpoint: bytes | None
+    ) -> None:
+        async with self.commit_lock:
+            record = self.state.execs.get(exec_id)
+            if record is None or not record.status.is_active or record.heartbeat == checkpoint:
+                return
+            tx = self.tx()
+            tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
+            try:
+                await self.commit(tx)
+            except StaleEpochError:
+                return
+
+
+def stage_start(tx: Tx, exec_id: str, attempt: int, first_attempt_at: float | None) -> None:
+    """Stage the start of ``attempt`` of ``exec_id`` in ``tx``."""
+    current = tx.current(exec_id)
+    tx.update(
+        evolve(
+            current,
+            attempts_started=attempt,
+            first_attempt_at=current.first_attempt_at or first_attempt_at or float(int(tx.now)),
+            next_attempt_at=None,
+        )
+    )
+    tx.history(exec_id, "attempt_started", {"attempt": attempt})
+
+
+class _Abandoned(Exception):
+    """A remote task found its attempt superseded and ran nothing."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _task_options(text: str) -> RayTaskOptions:
+    """A stored ``RayTaskOptions`` (decoded once per distinct text)."""
+    return RayTaskOptions.from_json(text)
+
+
+def marks_at_dispatch(
+    record: ExecRecord, attempt: int, options: pb.StepOptions | None = None
+) -> bool:
+    """Whether a remote attempt's start is recorded when it is dispatched.
+
+    It is unless it is the Step's last attempt: a host that dies before the
+    attempt reaches user code then costs one attempt (it counts as started),
+    never the last one, which is recorded at its acknowledgement instead (one
+    more commit) and is dispatched again after such a crash. For a
+    single-attempt Step (a write that must not run twice) the start is always
+    exact.
+    """
+    if options is None:
+        options = pb.StepOptions.FromString(record.options)
+    maximum = (
+        options.execute_retry_policy.maximum_attempts
+        if options.HasField("execute_retry_policy")
+        else 0
+    )
+    return maximum == 0 or attempt < maximum
+
+
+def _acknowledged(live: Live) -> None:
+    live.last_beat = asyncio.get_running_loop().time()
+    if live.acked is not None and not live.acked.done():
+        live.acked.set_result(None)
+
+
+def _replied(future: asyncio.Future[Any], live: Live) -> None:
+    """An early-start attempt's executor answered: unless it refused the attempt or
+    died (no reply), user code ran, acknowledged or not."""
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is None or not (isinstance(error, AbandonedAttempt) or _no_reply(error)):
+        _acknowledged(live)
+
+
+def _no_reply(error: BaseException) -> bool:
+    """Ray's own failure of the call (the executor died or was never reached),
+    not an error its code raised."""
+    import ray.exceptions
+
+    return isinstance(error, ray.exceptions.RayError) and not isinstance(
+        error, ray.exceptions.RayTaskError
+    )
+
+
+def _cancel(future: asyncio.Future[Any]) -> None:
+    future.cancel()
+
+
+def _identity(value: Any) -> StepResult:
+    return value  # type: ignore[no-any-return]
+
+
+def _decode_remote(value: Any) -> StepResult:
+    if value == ABANDONED:
+        raise _Abandoned
+    return decode_result(value)
+
+
+async def _await_ref(ref: Any) -> Any:
+    return await ref

@@ -32,8 +32,8 @@ from dex_agents_ray.session import (
     AgentEventType,
     AgentSessionFlow,
     AgentSnapshot,
+    json_ready,
 )
-from dex_agents_ray.session._values import json_ready
 
 __all__ = [
     "AGENT_EVENT_STREAM_HEADERS",

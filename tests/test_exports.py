@@ -37,6 +37,8 @@ EXPORTS: dict[str, list[str]] = {
         "effect_free",
         "on_clean_exit",
         "taken_channel_messages",
+        "share_decoded_values",
+        "utc_now",
     ],
     "dex_agents_ray.session": [
         "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",
@@ -192,6 +194,7 @@ EXPORTS: dict[str, list[str]] = {
         "ModelSpendRequest",
         "RaySpendLimit",
         "session_flow_definition_document",
+        "json_ready",
     ],
     "dex_agents_ray.builtin_loop": [
         "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
@@ -253,6 +256,10 @@ EXPORTS: dict[str, list[str]] = {
         "builtin_agent_session_flow",
         "builtin_agent_session_options",
         "function_tool",
+        "SchemaViolation",
+        "estimate_request_tokens",
+        "request_text",
+        "validate_json_value",
     ],
     "dex_agents_ray.testing": [
         "EXECUTE_COMPLETED_EVENT",

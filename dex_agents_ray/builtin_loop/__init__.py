@@ -23,6 +23,7 @@ from dex_agents_ray.builtin_loop._definition import (
     TurnContinuationContext,
     TurnContinuationDecider,
 )
+from dex_agents_ray.builtin_loop._estimate import estimate_request_tokens, request_text
 from dex_agents_ray.builtin_loop._flow import (
     builtin_agent_session_flow,
     builtin_agent_session_options,
@@ -86,6 +87,7 @@ from dex_agents_ray.builtin_loop._travel import (
     FrameworkTraveller,
     PerProcessValue,
 )
+from dex_agents_ray.builtin_loop._validation import SchemaViolation, validate_json_value
 
 __all__ = [
     "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
@@ -147,4 +149,8 @@ __all__ = [
     "builtin_agent_session_flow",
     "builtin_agent_session_options",
     "function_tool",
+    "SchemaViolation",
+    "estimate_request_tokens",
+    "request_text",
+    "validate_json_value",
 ]

@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from dex_agents_ray.media import AgentImageReference
-from dex_agents_ray.session._metadata import ModelCallMetadata as ModelCallMetadata
+from dex_agents_ray.session import ModelCallMetadata as ModelCallMetadata
 
 JsonValue: TypeAlias = (
     str | int | float | bool | None | Sequence["JsonValue"] | Mapping[str, "JsonValue"]

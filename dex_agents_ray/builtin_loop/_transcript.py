@@ -19,10 +19,11 @@ from dex_agents_ray.builtin_loop._model import (
     ToolResultItem,
     UserTextItem,
 )
-from dex_agents_ray.session import AgentMessage, MessageRole
-from dex_agents_ray.session._runner import (
+from dex_agents_ray.session import (
     OUTCOME_UNKNOWN_TEXT,
+    AgentMessage,
     AgentTurnContext,
+    MessageRole,
     describe_tool_call_outcome,
 )
 

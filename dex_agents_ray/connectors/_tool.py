@@ -12,7 +12,7 @@ from typing import Any
 
 from dex import CodecRegistry, Value, WireKind
 
-from dex_agents_ray.builtin_loop._validation import SchemaViolation, validate_json_value
+from dex_agents_ray.builtin_loop import SchemaViolation, validate_json_value
 from dex_agents_ray.connectors._manifest import (
     ConnectorManifestError,
     ConnectorOperationEntry,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dex_agents_ray.session._values import json_ready
+from dex_agents_ray.session import json_ready
 
 __all__ = ["compact_json"]
 

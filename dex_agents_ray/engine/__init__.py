@@ -9,7 +9,10 @@ task per attempt (``RayTaskOptions(execution=RemoteExecution.TASK)``).
 Mark a Step class :func:`effect_free` when its handlers change nothing outside
 the run: its completion is then written while the next in-host Steps start.
 An RPC shows the messages a Step's wait took and its ``execute`` has not yet
-committed with :func:`taken_channel_messages`.
+committed with :func:`taken_channel_messages`. :func:`utc_now` is the engine's
+clock (wall time plus what ``FlowEngine.advance_clock`` added), and
+:func:`share_decoded_values` lets every process decode each stored JSON text of
+an immutable value class once.
 """
 
 from dex_agents_ray.engine import _moved
@@ -18,6 +21,7 @@ from dex_agents_ray.engine._client import (
     EngineClient,
     StepHistoryEntry,
 )
+from dex_agents_ray.engine._clock import utc_now
 from dex_agents_ray.engine._engine import FlowEngine
 from dex_agents_ray.engine._errors import (
     EngineError,
@@ -38,6 +42,7 @@ from dex_agents_ray.engine._options import (
 from dex_agents_ray.engine._sync import SyncEngineClient
 from dex_agents_ray.engine.actors._placement import Placement, PlacementMode
 from dex_agents_ray.engine.run._effect_free import effect_free
+from dex_agents_ray.engine.sdk._codecs import share_decoded_values
 from dex_agents_ray.engine.sdk._invoke import taken_channel_messages
 from dex_agents_ray.engine.store._store import (
     FlowStore,
@@ -77,4 +82,6 @@ __all__ = [
     "effect_free",
     "on_clean_exit",
     "taken_channel_messages",
+    "share_decoded_values",
+    "utc_now",
 ]

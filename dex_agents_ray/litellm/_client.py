@@ -16,8 +16,9 @@ from dex_agents_ray.builtin_loop import (
     ModelResponse,
     ModelResponseError,
     ModelSettings,
+    estimate_request_tokens,
+    request_text,
 )
-from dex_agents_ray.builtin_loop._estimate import estimate_request_tokens, request_text
 from dex_agents_ray.litellm._chat import read_chat_stream
 from dex_agents_ray.litellm._convert import (
     LiteLLMRoute,

@@ -184,6 +184,7 @@ from dex_agents_ray.session._values import (
     TurnControlRequest,
     TurnReplySequence,
     TurnSessionSettings,
+    json_ready,
 )
 
 # The graph is data about the session Flow; its module (the spec's
@@ -344,4 +345,5 @@ __all__ = [
     "ModelSpendRequest",
     "RaySpendLimit",
     "session_flow_definition_document",
+    "json_ready",
 ]

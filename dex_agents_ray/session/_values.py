@@ -14,8 +14,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from dex_agents_ray.engine import _clock
-from dex_agents_ray.engine.sdk._codecs import share_decoded_values
+from dex_agents_ray.engine import share_decoded_values
+from dex_agents_ray.engine import utc_now as engine_utc_now
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect
 from dex_agents_ray.session._wire import coerce_fields
@@ -70,7 +70,7 @@ def check_schema_version(owner: str, version: int) -> None:
 
 def utc_now() -> datetime:
     """The current time, timezone-aware, in UTC."""
-    return _clock.utc_now()
+    return engine_utc_now()
 
 
 class MessageRole(StrEnum):

@@ -39,6 +39,7 @@ EXPORTS: dict[str, list[str]] = {
         "taken_channel_messages",
         "share_decoded_values",
         "utc_now",
+        "EngineOptions",
     ],
     "dex_agents_ray.session": [
         "AGENT_SESSION_ACTIVE_STEP_SEARCH_MODE",

@@ -1,6 +1,7 @@
 """The durable engine: real ``dex.Flow`` definitions run by Ray actors over a store.
 
-Start one with :meth:`FlowEngine.start`; operate runs with its
+Start one with :meth:`FlowEngine.start` (its options as keywords or one
+:class:`EngineOptions`); operate runs with its
 :class:`EngineClient` (``engine.client``) or :class:`SyncEngineClient`
 (``engine.sync_client()``), whose methods mirror ``dex.AsyncClient``.
 Mark a Step (or one movement) to run on Ray with :class:`RemoteStepOptions`:
@@ -23,6 +24,7 @@ from dex_agents_ray.engine._client import (
 )
 from dex_agents_ray.engine._clock import utc_now
 from dex_agents_ray.engine._engine import FlowEngine
+from dex_agents_ray.engine._engine_options import EngineOptions
 from dex_agents_ray.engine._errors import (
     EngineError,
     HostCallError,
@@ -84,4 +86,5 @@ __all__ = [
     "taken_channel_messages",
     "share_decoded_values",
     "utc_now",
+    "EngineOptions",
 ]

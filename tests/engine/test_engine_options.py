@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from dex import FlowStatus
 
-from dex_agents_ray.engine import FlowEngine, Placement, PlacementMode
-from dex_agents_ray.engine._engine_options import EngineOptions
+from dex_agents_ray.engine import EngineOptions, FlowEngine, Placement, PlacementMode
 from tests.engine.flows_client import ClientFlow, Job
 
 

@@ -20,6 +20,7 @@ from dex_agents_ray.engine._engine_options import (
     WorkerHosts,
 )
 from dex_agents_ray.engine._errors import EngineError
+from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._options import ExecutorPoolOptions, RetentionOptions
 from dex_agents_ray.engine._sync import SyncEngineClient
 from dex_agents_ray.engine.actors._executor import EXECUTOR_PREFIX
@@ -522,6 +523,8 @@ class FlowEngine:
             self._sync = None
         await self.store.close()
         if self._owns_ray:
+            # Integrations stop their Ray-calling threads first (the tracing relay).
+            run_exit_hooks()
             ray.shutdown()
 
     async def stop_hosts(self) -> None:

@@ -47,6 +47,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
+from dex_agents_ray.engine import on_clean_exit
 from dex_agents_ray.session._tracing_options import SpanRelayAddress
 from dex_agents_ray.session._tracing_otel import report_failure
 
@@ -263,9 +264,16 @@ class _OriginRelay:
             tracer = self._tracers[scope] = made
         return tracer
 
-    def drain(self) -> None:
-        """Deliver what the relay holds now (before this process exits)."""
-        if self.closed.is_set() or not ray.is_initialized():
+    def stop(self, timeout: float) -> None:
+        """Stop the thread (it wakes within a long poll) and wait for it."""
+        self.closed.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def drain(self, *, force: bool = False) -> None:
+        """Deliver what the relay holds now (before this process exits); ``force``
+        also after :meth:`stop`."""
+        if (self.closed.is_set() and not force) or not ray.is_initialized():
             return
         try:
             spans, _ = ray.get(self.actor.take.remote(0), timeout=5)
@@ -347,16 +355,26 @@ def open_relay(explicit: Any) -> SpanRelayAddress | None:
         _by_provider[key] = relay
         _by_name[address.actor_name] = relay
         if not _atexit_registered:
-            atexit.register(_drain_all)
+            # Registered after ray.init's own atexit shutdown, so it runs before it.
+            atexit.register(close_span_relays)
+            on_clean_exit(close_span_relays)  # FlowEngine.shutdown, before ray.shutdown
             _atexit_registered = True
     return address
 
 
-def _drain_all() -> None:
+def close_span_relays(timeout: float = 5.0) -> None:
+    """Stop this process's relay threads, then deliver what their relays still hold.
+
+    Runs at exit, before Ray's own shutdown; call it before an explicit
+    ``ray.shutdown()`` too: a thread blocked in a Ray call while Ray shuts down
+    can end the process (Ray's core worker exits with status 1).
+    """
     with _lock:
         relays = list(_by_name.values())
     for relay in relays:
-        relay.drain()
+        relay.stop(timeout)
+    for relay in relays:
+        relay.drain(force=True)
 
 
 class RelayExporter:

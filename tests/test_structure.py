@@ -41,8 +41,8 @@ METHODS_ALLOWED: dict[str, tuple[int, str]] = {
         "the FlowStore Protocol's methods; split by concern is issue 46 item 3",
     ),
     "engine/run/_driver.py::RunDriver": (
-        40,
-        "plus AttemptRunner's 17 by inheritance; composing them is issue 46 item 2",
+        36,
+        "commits, waits and the drive of each execution; attempts are its field",
     ),
     "mcp/_source.py::McpToolSource": (
         31,

@@ -8,7 +8,8 @@ instead: an effect-free Step's completion that moves only to in-host Steps
 run's next commit, and every attempt that must start exactly, waits for the
 write first. Each active Step execution has one asyncio task that moves it
 through ``wait_for`` → waiting → ``execute`` attempts; running one attempt is
-``_attempts.AttemptRunner``'s part.
+the part of the driver's ``attempts`` (``_attempts.AttemptRunner``), and what
+each outcome changes is built by ``_transactions``' pure functions.
 """
 
 from __future__ import annotations
@@ -24,21 +25,29 @@ from dex.dexpb import dex_pb2 as pb
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._metrics import record_step
-from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
+from dex_agents_ray.engine._options import RetentionOptions
 from dex_agents_ray.engine.run._attempts import (
     AttemptPool,
     AttemptRunner,
+    Attempts,
     FlowDefinition,
-    Live,
-    marks_at_dispatch,
-    stage_start,
 )
-from dex_agents_ray.engine.run._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine.run._decisions import LockTable
 from dex_agents_ray.engine.run._deferred import DeferredCommits, fail
-from dex_agents_ray.engine.run._effect_free import is_effect_free
-from dex_agents_ray.engine.run._retry import next_retry_delay
 from dex_agents_ray.engine.run._state import RunState, Tx
 from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.run._transactions import (
+    deferrable,
+    marks_at_dispatch,
+    may_satisfy_waits,
+    premark,
+    stage_execute,
+    stage_execute_failed,
+    stage_start,
+    stage_wait_for,
+    stage_wait_for_failed,
+    still_ready,
+)
 from dex_agents_ray.engine.run._waits import next_timer_at, timer_fire_times
 from dex_agents_ray.engine.run._watch import AttemptOutcome
 from dex_agents_ray.engine.sdk._invoke import StepResult
@@ -49,20 +58,14 @@ from dex_agents_ray.engine.store._records import (
     ExecStatus,
     LoadedRun,
     PruneRequest,
-    RecoveryRecord,
-    RunStatus,
-    evolve,
     merge_commits,
 )
 from dex_agents_ray.engine.store._store import FlowStore, StaleEpochError
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
-_FAIL_PROCEED = pb.EXECUTE_METHOD_FAILURE_POLICY_PROCEED_TO_CONFIGURED_STEP
-_WAIT_FOR_PROCEED = pb.WAIT_FOR_METHOD_FAILURE_POLICY_PROCEED_ON_FAILURE
 
-
-class RunDriver(AttemptRunner):
+class RunDriver:
     """Owns one run inside a host while the host holds its ownership epoch."""
 
     def __init__(
@@ -88,16 +91,16 @@ class RunDriver(AttemptRunner):
         self.locks = LockTable()
         self.commit_lock = asyncio.Lock()
         self.stale = False
-        self._host_handle = host_handle
-        self._host_name = host_name
-        self._pool = pool
         self._on_store_down = on_store_down
         self.streams = streams
         self._retention = retention or RetentionOptions()
         self._commits = 0
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._live: dict[str, Live] = {}
+        self.attempts: Attempts = AttemptRunner(
+            self, pool=pool, host_handle=host_handle, host_name=host_name
+        )
+        """The run's running attempts (its host's acknowledgements and frames go there)."""
         self._changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closed: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -134,8 +137,7 @@ class RunDriver(AttemptRunner):
         self._settle_closed()
         if self._timer is not None:
             self._timer.cancel()
-        for live in list(self._live.values()):
-            live.kill()
+        self.attempts.kill_all()
         # A held deferred commit is written, not dropped (a stale driver's is
         # refused by the store): its write goes on while the rest is cancelled.
         writes = asyncio.ensure_future(self._deferred.stop())
@@ -178,7 +180,7 @@ class RunDriver(AttemptRunner):
         if not self.state.is_running:
             return self.waiters == 0, None
         busy = (
-            self._live
+            self.attempts.running
             or self.waiters
             or self.locks.busy
             or any(not task.done() for task in self._background)
@@ -271,9 +273,9 @@ class RunDriver(AttemptRunner):
         """
         if self._deferred.held is None or replace_run:
             await self.settle_deferred()
-        if isinstance(tx, Tx) and self._may_satisfy_waits(tx):
+        if isinstance(tx, Tx) and may_satisfy_waits(tx):
             tx.satisfy_waits(tx.now)
-        premarked = self._premark(tx) if isinstance(tx, Tx) else []
+        premarked = premark(tx) if isinstance(tx, Tx) else []
         built = tx.build() if isinstance(tx, Tx) else tx
         # Stream writes queued meanwhile ride in this commit's transaction.
         built.stream_appends = self.streams.take(self.flow_id) + built.stream_appends
@@ -365,42 +367,9 @@ class RunDriver(AttemptRunner):
             self.streams.written(self.flow_id, built.stream_appends, offsets)
         self._notify()
 
-    @staticmethod
-    def _may_satisfy_waits(tx: Tx) -> bool:
-        if tx.closed or tx.run.status is not RunStatus.RUNNING:
-            return False
-        return bool(tx.commit.message_appends) or any(
-            e.status is ExecStatus.WAITING for e in tx.staged()
-        )
-
-    def _premark(self, tx: Tx) -> list[str]:
-        """Record the start of attempt 1 of executions that become ready in ``tx``,
-        in ``tx`` itself: a Step then costs one commit instead of two. The mark
-        is conservative (the spec allows it): if this host dies before the
-        handler runs, the attempt counts as started (``NOT_COMPLETED``). A
-        remote attempt is marked so only when it is not the Step's last (see
-        :func:`_marks_at_dispatch`); while this host lives, a remote attempt
-        that never acknowledged its start still fails as not started."""
-        if tx.run.status is not RunStatus.RUNNING:
-            return []
-        marked = []
-        for record in tx.staged():
-            if (
-                record.status is ExecStatus.READY
-                and record.attempts_started == record.attempts_failed == 0
-                and record.next_attempt_at is None
-                and (record.remote is None or marks_at_dispatch(record, 1))
-            ):
-                tx.update(evolve(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
-                tx.history(record.exec_id, "attempt_started", {"attempt": 1})
-                marked.append(record.exec_id)
-        return marked
-
     def _after(self, tx: Tx) -> None:
         for exec_id in tx.canceled:
-            live = self._live.pop(exec_id, None)
-            if live is not None:
-                live.kill()
+            self.attempts.kill(exec_id)
             task = self._tasks.pop(exec_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
@@ -445,7 +414,7 @@ class RunDriver(AttemptRunner):
             if delay > 0:
                 await asyncio.sleep(delay)
 
-    def _is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
+    def is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
         record = self.state.execs.get(exec_id)
         if record is None or record.status is not status or not self.state.is_running:
             return False
@@ -460,9 +429,9 @@ class RunDriver(AttemptRunner):
         await self.locks.acquire(keys, record.exec_id)
         try:
             await self.settle_deferred()
-            outcome = await self._attempt(record, attempt, InvocationMethod.WAIT_FOR, options)
+            outcome = await self.attempts.run(record, attempt, InvocationMethod.WAIT_FOR, options)
             async with self.commit_lock:
-                if not self._is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
+                if not self.is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
                     return
                 if outcome.result is not None and outcome.result.wait_for is not None:
                     await self._commit_wait_for(record.exec_id, outcome.result.wait_for)
@@ -475,56 +444,14 @@ class RunDriver(AttemptRunner):
         self, exec_id: str, response: pb.InvokeWaitForMethodResponse
     ) -> None:
         tx = self.tx()
-        current = tx.current(exec_id)
-        tx.write_attributes(response.upsert_attributes)
-        tx.delete_messages(response.delete_from_channel, strict=False)
-        tx.publish(response.publish_to_channel)
-        locals_ = dict(current.locals)
-        locals_.update(
-            {kv.key: kv.value.SerializeToString() for kv in response.upsert_step_exe_locals}
-        )
-        waiting = response.HasField("waiting_condition")
-        tx.update(
-            evolve(
-                current,
-                status=ExecStatus.WAITING if waiting else ExecStatus.READY,
-                wait=response.waiting_condition.SerializeToString() if waiting else None,
-                wait_started_at=tx.now if waiting else None,
-                locals=locals_,
-                next_attempt_at=None,
-            )
-        )
-        tx.history(exec_id, "wait_for_completed", {"waiting": waiting, **_events(response)})
+        stage_wait_for(tx, exec_id, response)
         await self.commit(tx)
 
     async def _wait_for_failed(
         self, exec_id: str, options: pb.StepOptions, outcome: AttemptOutcome
     ) -> None:
         tx = self.tx()
-        current = tx.current(exec_id)
-        failures = current.wait_for_failures + 1
-        policy = (
-            options.wait_for_retry_policy if options.HasField("wait_for_retry_policy") else None
-        )
-        first = current.first_attempt_at or current.created_at
-        delay = next_retry_delay(policy, failures, first, tx.now, outcome.retry_after)
-        detail = {"method": "wait_for", "attempt": failures, "error_type": outcome.error_type}
-        tx.history(exec_id, "attempt_failed", {**detail, "error": outcome.detail})
-        if delay is not None:
-            tx.update(evolve(current, wait_for_failures=failures, next_attempt_at=tx.now + delay))
-        elif options.wait_for_failure_policy == _WAIT_FOR_PROCEED:
-            tx.update(
-                evolve(
-                    current,
-                    wait_for_failures=failures,
-                    status=ExecStatus.READY,
-                    wait_for_failed=True,
-                    next_attempt_at=None,
-                )
-            )
-        else:
-            tx.update(evolve(current, status=ExecStatus.FAILED, ended_at=tx.now))
-            tx.close(RunStatus.FAILED, "worker_api_failed", f"{exec_id}: {outcome.detail}")
+        stage_wait_for_failed(tx, exec_id, options, outcome)
         await self.commit(tx)
 
     async def _run_execute(self, record: ExecRecord) -> None:
@@ -554,7 +481,7 @@ class RunDriver(AttemptRunner):
             mark = record.remote is None or marks_at_dispatch(record, attempt, options)
             if mark and not premarked:
                 async with self.commit_lock:
-                    if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
+                    if not self.is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                         return
                     await self._mark_started(record.exec_id, attempt)
             current = self.state.execs.get(record.exec_id)
@@ -563,7 +490,7 @@ class RunDriver(AttemptRunner):
             if record.remote is not None or not marks_at_dispatch(record, attempt, options):
                 # A dispatch, or a last attempt: its recorded start must be durable.
                 await self.settle_deferred()
-            outcome = await self._attempt(
+            outcome = await self.attempts.run(
                 current,
                 attempt,
                 InvocationMethod.EXECUTE,
@@ -574,7 +501,7 @@ class RunDriver(AttemptRunner):
                 await self._commit_finished(_Finished(record.exec_id, attempt, outcome.result))
                 return
             async with self.commit_lock:
-                if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
+                if not self.is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                     return
                 if not outcome.acknowledged:
                     # It never reached user code: undo a start marked at dispatch.
@@ -617,9 +544,9 @@ class RunDriver(AttemptRunner):
             try:
                 tx = self.tx()
                 for item in batch:
-                    if self._is_current(
+                    if self.is_current(
                         item.exec_id, ExecStatus.READY, item.attempt, wait=False
-                    ) and self._still_ready(tx, item.exec_id):
+                    ) and still_ready(tx, item.exec_id):
                         self._stage_execute(tx, item.exec_id, item.result)
                         staged.append(item)
                 if staged:
@@ -638,43 +565,15 @@ class RunDriver(AttemptRunner):
 
     def _deferrable(self, tx: Tx, staged: list[_Finished]) -> bool:
         """Whether ``tx`` (the completions of ``staged``) may be written in the
-        background: every Step that completed ran in this host and is effect-free,
-        the run stays open, and every Step it makes ready runs in this host."""
-        if tx.closed or self.definition is None or not tx.new_execs:
+        background (see ``_transactions.deferrable``)."""
+        if self.definition is None:
             return False
-        steps = self.definition.flow.steps
-        for item in staged:
-            record = tx.current(item.exec_id)
-            registered = steps.get(record.step_type)
-            if record.remote is not None or registered is None:
-                return False
-            if not is_effect_free(registered.step):
-                return False
-        return all(record.remote is None for record in tx.new_execs)
-
-    @staticmethod
-    def _still_ready(tx: Tx, exec_id: str) -> bool:
-        return tx.run.status is RunStatus.RUNNING and tx.current(exec_id).status is ExecStatus.READY
+        return deferrable(tx, [item.exec_id for item in staged], self.definition.flow.steps)
 
     def _stage_execute(self, tx: Tx, exec_id: str, result: StepResult) -> None:
-        response = result.execute
-        assert response is not None and self.definition is not None
-        current = tx.current(exec_id)
-        tx.write_attributes(response.upsert_attributes)
-        tx.delete_messages(response.delete_from_channel, strict=False)
-        tx.publish(response.publish_to_channel)
-        tx.update(evolve(current, status=ExecStatus.COMPLETED, ended_at=tx.now))
-        tx.history(
-            exec_id, "step_completed", {"attempt": current.attempts_started, **_events(response)}
-        )
+        assert result.execute is not None and self.definition is not None
         values = self.definition.mapper.values
-        apply_decision(
-            tx,
-            current,
-            response.step_decision,
-            result.extras,
-            lambda v: values.decode(v, values.codec(str)),
-        )
+        stage_execute(tx, exec_id, result, lambda v: values.decode(v, values.codec(str)))
 
     async def _execute_failed(
         self,
@@ -688,64 +587,9 @@ class RunDriver(AttemptRunner):
         """Record a failed attempt; ``unstarted``: it never reached user code, and
         this is the start count to restore (undoing a mark made at dispatch)."""
         tx = self.tx()
-        current = tx.current(exec_id)
-        if unstarted is not None and current.attempts_started >= attempt:
-            current = evolve(current, attempts_started=unstarted)
-        policy = options.execute_retry_policy if options.HasField("execute_retry_policy") else None
-        first = current.first_attempt_at or current.created_at
-        delay = next_retry_delay(policy, attempt, first, tx.now, outcome.retry_after)
-        tx.history(
-            exec_id,
-            "attempt_failed",
-            {
-                "method": "execute",
-                "attempt": attempt,
-                "error_type": outcome.error_type,
-                "error": outcome.detail,
-                "started": current.attempts_started >= attempt,
-            },
-        )
-        failed = evolve(current, attempts_failed=attempt, last_error=outcome.detail)
-        if delay is not None:
-            tx.update(evolve(failed, next_attempt_at=tx.now + delay))
-        else:
-            tx.update(evolve(failed, status=ExecStatus.FAILED, ended_at=tx.now))
-            self._route_failure(tx, failed, options, outcome)
+        retried = stage_execute_failed(tx, exec_id, attempt, options, outcome, unstarted=unstarted)
         await self.commit(tx)
-        record_step(exec_id, "failed" if delay is None else "retrying")
-
-    def _route_failure(
-        self, tx: Tx, failed: ExecRecord, options: pb.StepOptions, outcome: AttemptOutcome
-    ) -> None:
-        if options.execute_failure_policy != _FAIL_PROCEED:
-            tx.history(failed.exec_id, "step_failed", {"error": outcome.detail})
-            tx.close(RunStatus.FAILED, "worker_api_failed", f"{failed.exec_id}: {outcome.detail}")
-            return
-        progress = (
-            StepAttemptProgress.NOT_STARTED
-            if failed.attempts_started == 0
-            else StepAttemptProgress.NOT_COMPLETED
-        )
-        movement = pb.StepMovement(
-            step_type=options.execute_failure_proceed_step_type,
-            step_input=pb.Value.FromString(failed.input),
-        )
-        movement.step_options.CopyFrom(options.execute_failure_proceed_step_options)
-        target = tx.create(
-            movement,
-            None,
-            from_exec_id=failed.exec_id,
-            recovery=RecoveryRecord(
-                detail=outcome.detail, error_type=outcome.error_type, progress=progress.value
-            ),
-            remote=failed.failure_remote,
-        )
-        tx.history(
-            failed.exec_id,
-            "step_failed",
-            {"error": outcome.detail, "routed_to": target.exec_id, "progress": progress.value},
-        )
-        finish_if_idle(tx)
+        record_step(exec_id, "retrying" if retried else "failed")
 
     # -- waits and timers --------------------------------------------------------------
 
@@ -773,12 +617,6 @@ class RunDriver(AttemptRunner):
         if when is not None:
             delay = max(0.0, when - clock.now()) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
-
-
-def _events(response: Any) -> dict[str, Any]:
-    if not response.record_events:
-        return {}
-    return {"events": [kv.key for kv in response.record_events]}
 
 
 class _Finished:

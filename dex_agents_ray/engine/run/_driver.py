@@ -134,7 +134,7 @@ class RunDriver:
 
     async def stop(self) -> None:
         """Stop every task of this run in this process (the store keeps the run)."""
-        self._settle_closed()
+        _settle(self._closed)
         if self._timer is not None:
             self._timer.cancel()
         self.attempts.kill_all()
@@ -160,10 +160,6 @@ class RunDriver:
             if not self.state.is_running:
                 self._closed.set_result(None)
         return self._closed
-
-    def _settle_closed(self) -> None:
-        if self._closed is not None and not self._closed.done():
-            self._closed.set_result(None)
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()
@@ -224,7 +220,7 @@ class RunDriver:
         if not future.done():
             future.set_result(None)
         if not self.state.is_running:
-            self._settle_closed()
+            _settle(self._closed)
 
     def _spawn(self, exec_id: str) -> None:
         if exec_id not in self._tasks:
@@ -408,12 +404,6 @@ class RunDriver:
             if self._tasks.get(exec_id) is asyncio.current_task():
                 del self._tasks[exec_id]
 
-    async def _sleep_until(self, when: float | None) -> None:
-        if when is not None:
-            delay = when - clock.now()
-            if delay > 0:
-                await asyncio.sleep(delay)
-
     def is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
         record = self.state.execs.get(exec_id)
         if record is None or record.status is not status or not self.state.is_running:
@@ -422,7 +412,7 @@ class RunDriver:
         return done + 1 == attempt
 
     async def _run_wait_for(self, record: ExecRecord) -> None:
-        await self._sleep_until(record.next_attempt_at)
+        await _sleep_until(record.next_attempt_at)
         options = pb.StepOptions.FromString(record.options)
         attempt = record.wait_for_failures + 1
         keys = list(options.wait_for_lock_attribute_keys)
@@ -433,26 +423,14 @@ class RunDriver:
             async with self.commit_lock:
                 if not self.is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
                     return
+                tx = self.tx()
                 if outcome.result is not None and outcome.result.wait_for is not None:
-                    await self._commit_wait_for(record.exec_id, outcome.result.wait_for)
+                    stage_wait_for(tx, record.exec_id, outcome.result.wait_for)
                 else:
-                    await self._wait_for_failed(record.exec_id, options, outcome)
+                    stage_wait_for_failed(tx, record.exec_id, options, outcome)
+                await self.commit(tx)
         finally:
             self.locks.release(keys, record.exec_id)
-
-    async def _commit_wait_for(
-        self, exec_id: str, response: pb.InvokeWaitForMethodResponse
-    ) -> None:
-        tx = self.tx()
-        stage_wait_for(tx, exec_id, response)
-        await self.commit(tx)
-
-    async def _wait_for_failed(
-        self, exec_id: str, options: pb.StepOptions, outcome: AttemptOutcome
-    ) -> None:
-        tx = self.tx()
-        stage_wait_for_failed(tx, exec_id, options, outcome)
-        await self.commit(tx)
 
     async def _run_execute(self, record: ExecRecord) -> None:
         options = pb.StepOptions.FromString(record.options)
@@ -472,7 +450,7 @@ class RunDriver:
                     record.exec_id, record.attempts_started, options, outcome
                 )
             return
-        await self._sleep_until(record.next_attempt_at)
+        await _sleep_until(record.next_attempt_at)
         attempt = record.attempts_failed + 1
         started_before = 0 if premarked else record.attempts_started
         keys = list(options.execute_lock_attribute_keys)
@@ -483,7 +461,9 @@ class RunDriver:
                 async with self.commit_lock:
                     if not self.is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                         return
-                    await self._mark_started(record.exec_id, attempt)
+                    tx = self.tx()
+                    stage_start(tx, record.exec_id, attempt, None)
+                    await self.commit(tx)
             current = self.state.execs.get(record.exec_id)
             if current is None:
                 return  # canceled while its start was being recorded
@@ -513,13 +493,6 @@ class RunDriver:
         finally:
             self.locks.release(keys, record.exec_id)
 
-    async def _mark_started(
-        self, exec_id: str, attempt: int, first_attempt_at: float | None = None
-    ) -> None:
-        tx = self.tx()
-        stage_start(tx, exec_id, attempt, first_attempt_at)
-        await self.commit(tx)
-
     async def _commit_finished(self, finished: _Finished) -> None:
         """Commit a successful ``execute`` attempt. Attempts of this run that finish
         at the same moment (a fan-out's results coming back in one batch) commit in
@@ -547,10 +520,17 @@ class RunDriver:
                     if self.is_current(
                         item.exec_id, ExecStatus.READY, item.attempt, wait=False
                     ) and still_ready(tx, item.exec_id):
-                        self._stage_execute(tx, item.exec_id, item.result)
+                        assert self.definition is not None
+                        decode = _reason_decoder(self.definition)
+                        stage_execute(tx, item.exec_id, item.result, decode)
                         staged.append(item)
                 if staged:
-                    await self.commit(tx, deferred=self._deferrable(tx, staged))
+                    # In the background only for in-host effect-free Steps (see
+                    # ``_transactions.deferrable``).
+                    later = self.definition is not None and deferrable(
+                        tx, [item.exec_id for item in staged], self.definition.flow.steps
+                    )
+                    await self.commit(tx, deferred=later)
             except BaseException as error:
                 # Every attempt of the batch ends as its own failed commit would have.
                 for item in batch:
@@ -562,18 +542,6 @@ class RunDriver:
                 record_step(item.exec_id, "completed")
         finally:
             self.commit_lock.release()
-
-    def _deferrable(self, tx: Tx, staged: list[_Finished]) -> bool:
-        """Whether ``tx`` (the completions of ``staged``) may be written in the
-        background (see ``_transactions.deferrable``)."""
-        if self.definition is None:
-            return False
-        return deferrable(tx, [item.exec_id for item in staged], self.definition.flow.steps)
-
-    def _stage_execute(self, tx: Tx, exec_id: str, result: StepResult) -> None:
-        assert result.execute is not None and self.definition is not None
-        values = self.definition.mapper.values
-        stage_execute(tx, exec_id, result, lambda v: values.decode(v, values.codec(str)))
 
     async def _execute_failed(
         self,
@@ -617,6 +585,24 @@ class RunDriver:
         if when is not None:
             delay = max(0.0, when - clock.now()) + 0.001
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
+
+
+def _reason_decoder(definition: FlowDefinition) -> Callable[[pb.Value], Any]:
+    """How a Step's failing decision's reason is read (its Flow's value codec)."""
+    values = definition.mapper.values
+    return lambda v: values.decode(v, values.codec(str))
+
+
+async def _sleep_until(when: float | None) -> None:
+    if when is not None:
+        delay = when - clock.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def _settle(closed: asyncio.Future[None] | None) -> None:
+    if closed is not None and not closed.done():
+        closed.set_result(None)
 
 
 class _Finished:

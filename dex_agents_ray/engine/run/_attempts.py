@@ -105,7 +105,16 @@ not tell them apart (a remote Step's ``wait_for`` call and its first
 
 class AttemptOwner(Protocol):
     """What an ``AttemptRunner`` reads and calls of the run's driver
-    (``_driver.RunDriver``): the run's state and the way to commit to it."""
+    (``_driver.RunDriver``): the run's state and the way to commit to it.
+
+    Everything runs on the host's event loop; ``commit`` is called with
+    ``commit_lock`` held, as the driver's own commits are. For example::
+
+        async with owner.commit_lock:
+            tx = owner.tx()
+            tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
+            await owner.commit(tx)
+    """
 
     @property
     def flow_id(self) -> str: ...
@@ -144,7 +153,11 @@ class Attempts(Protocol):
 
     The first four are the driver's; the rest are the calls of the run's host
     (``actors._host.FlowHost``) and its remote attempts, reached as
-    ``driver.attempts``.
+    ``driver.attempts``. All are called on the host's event loop; ``run`` returns
+    once the attempt ended (its result, failure or abandonment), and ``kill``
+    and ``kill_all`` do not wait for it. For example::
+
+        outcome = await driver.attempts.run(record, 1, InvocationMethod.EXECUTE, options)
     """
 
     async def run(

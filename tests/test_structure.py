@@ -40,10 +40,6 @@ METHODS_ALLOWED: dict[str, tuple[int, str]] = {
         36,
         "the FlowStore Protocol's methods; split by concern is issue 46 item 3",
     ),
-    "engine/run/_driver.py::RunDriver": (
-        40,
-        "plus AttemptRunner's 17 by inheritance; composing them is issue 46 item 2",
-    ),
     "mcp/_source.py::McpToolSource": (
         31,
         "the tool-source contract plus the connection's lifecycle; the session front's part 2",

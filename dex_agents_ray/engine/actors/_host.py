@@ -391,14 +391,14 @@ class FlowHost:
         driver = self._drivers.get(flow_id)
         if driver is None or driver.stale:
             return False
-        return await driver.ack_remote_start(exec_id, attempt)
+        return await driver.attempts.ack_remote_start(exec_id, attempt)
 
     async def remote_frame(
         self, flow_id: str, exec_id: str, attempt: int, kind: str, payload: bytes
     ) -> None:
         driver = self._drivers.get(flow_id)
         if driver is not None:
-            driver.on_frame(exec_id, attempt, decode_frame(kind, payload))
+            driver.attempts.on_frame(exec_id, attempt, decode_frame(kind, payload))
 
     async def remote_frames(
         self, frames: list[tuple[str, str, int, str, bytes]], host_name: str | None = None
@@ -410,7 +410,7 @@ class FlowHost:
         for flow_id, exec_id, dispatch, kind, payload in frames:
             driver = self._drivers.get(flow_id)
             if driver is not None:
-                driver.on_dispatch_frame(exec_id, dispatch, decode_frame(kind, payload))
+                driver.attempts.on_dispatch_frame(exec_id, dispatch, decode_frame(kind, payload))
 
     async def client_channel(self) -> tuple[str, str | None]:
         """This host's node ID and the path of its socket for clients of the same
@@ -471,7 +471,9 @@ class FlowHost:
             if driver is None or driver.stale:
                 return
             batch = [(attempts[i][1], attempts[i][2]) for i in indexes]
-            for index, answer in zip(indexes, await driver.ack_dispatches(batch), strict=True):
+            for index, answer in zip(
+                indexes, await driver.attempts.ack_dispatches(batch), strict=True
+            ):
                 answers[index] = answer
 
         await asyncio.gather(*(one_run(f, i) for f, i in by_run.items()))
@@ -491,7 +493,7 @@ class FlowHost:
             live.append(
                 driver is not None
                 and not driver.stale
-                and driver.dispatch_active(exec_id, dispatch)
+                and driver.attempts.dispatch_active(exec_id, dispatch)
             )
         return live
 

@@ -1,9 +1,11 @@
 """Running one attempt of a Step: in the host, on a pooled executor, or as a Ray task.
 
-``AttemptRunner`` is the part of a run's driver that starts an attempt, watches
-its deadline and heartbeats, takes its start acknowledgement and its frames
-(heartbeats, Stream writes), and hands back what it produced. The driver
-(``_driver.RunDriver``) decides what attempts run and commits their outcomes.
+``AttemptRunner`` starts an attempt, watches its deadline and heartbeats, takes
+its start acknowledgement and its frames (heartbeats, Stream writes), and hands
+back what it produced. The driver (``_driver.RunDriver``) decides what attempts
+run and commits their outcomes. Each knows the other by a small Protocol: the
+driver holds its runner as :class:`Attempts`, and the runner reaches the driver
+as :class:`AttemptOwner` (the run's state, its transactions and commits).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dex_agents_ray.engine.run._remote import (
 from dex_agents_ray.engine.run._retry import DEFAULT_METHOD_TIMEOUT
 from dex_agents_ray.engine.run._state import RunState, Tx
 from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.run._transactions import stage_start
 from dex_agents_ray.engine.run._watch import AttemptOutcome, describe_failure, watch_attempt
 from dex_agents_ray.engine.sdk._invoke import FlowMapper, StepResult, invoke_step
 from dex_agents_ray.engine.sdk._sdk import InvocationMethod
@@ -100,30 +103,135 @@ not tell them apart (a remote Step's ``wait_for`` call and its first
 ``execute`` call are both attempt 1)."""
 
 
-class AttemptRunner:
-    """Attempts of one run's Steps (a part of ``RunDriver``; see the module docstring)."""
+class AttemptOwner(Protocol):
+    """What an ``AttemptRunner`` reads and calls of the run's driver
+    (``_driver.RunDriver``): the run's state and the way to commit to it.
 
-    flow_id: str
-    definition: FlowDefinition | None
-    state: RunState
-    commit_lock: asyncio.Lock
-    _live: dict[str, Live]
-    _pool: AttemptPool | None
-    _host_handle: Any
-    _host_name: str
-    streams: StreamBuffer
+    Everything runs on the host's event loop; ``commit`` is called with
+    ``commit_lock`` held, as the driver's own commits are. For example::
+
+        async with owner.commit_lock:
+            tx = owner.tx()
+            tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
+            await owner.commit(tx)
+    """
+
+    @property
+    def flow_id(self) -> str: ...
+
+    @property
+    def definition(self) -> FlowDefinition | None: ...
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def commit_lock(self) -> asyncio.Lock: ...
+
+    @property
+    def streams(self) -> StreamBuffer: ...
 
     def tx(self) -> Tx:
-        raise NotImplementedError
+        """A new transaction on the run's state."""
+        ...
 
-    async def commit(self, tx: Tx, *, replace_run: bool = False) -> Any:
-        raise NotImplementedError
+    async def commit(self, tx: Tx) -> Any:
+        """Apply ``tx`` durably, then in memory; the caller holds ``commit_lock``."""
+        ...
 
     def background(self, coro: Any) -> None:
-        raise NotImplementedError
+        """Run ``coro`` as a task the driver stops with the run."""
+        ...
 
-    def _is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
-        raise NotImplementedError
+    def is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
+        """Whether ``attempt`` of ``exec_id`` is the one its status expects now."""
+        ...
+
+
+class Attempts(Protocol):
+    """The attempts of one run's Steps as its driver knows them (``AttemptRunner``).
+
+    The first four are the driver's; the rest are the calls of the run's host
+    (``actors._host.FlowHost``) and its remote attempts, reached as
+    ``driver.attempts``. All are called on the host's event loop; ``run`` returns
+    once the attempt ended (its result, failure or abandonment), and ``kill``
+    and ``kill_all`` do not wait for it. For example::
+
+        outcome = await driver.attempts.run(record, 1, InvocationMethod.EXECUTE, options)
+    """
+
+    async def run(
+        self,
+        record: ExecRecord,
+        attempt: int,
+        method: InvocationMethod,
+        options: pb.StepOptions,
+        *,
+        early_start: bool = False,
+    ) -> AttemptOutcome:
+        """Run one attempt where its Step runs and watch it."""
+        ...
+
+    def kill(self, exec_id: str) -> None:
+        """Forget ``exec_id``'s running attempt, if any, and kill it."""
+        ...
+
+    def kill_all(self) -> None:
+        """Kill every running attempt (the driver stops)."""
+        ...
+
+    @property
+    def running(self) -> bool:
+        """Whether an attempt is running."""
+        ...
+
+    async def ack_remote_start(self, exec_id: str, attempt: int) -> bool: ...
+
+    async def ack_dispatches(self, calls: list[tuple[str, int]]) -> list[bool]: ...
+
+    def dispatch_active(self, exec_id: str, dispatch: int) -> bool: ...
+
+    def on_frame(
+        self, exec_id: str, attempt: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    ) -> None: ...
+
+    def on_dispatch_frame(
+        self, exec_id: str, dispatch: int, frame: pb.StepMethodHeartbeat | pb.StepStreamWrite
+    ) -> None: ...
+
+
+class AttemptRunner:
+    """Attempts of one run's Steps, for its driver (see the module docstring).
+
+    It reaches the driver only through ``owner`` (:class:`AttemptOwner`).
+    """
+
+    def __init__(
+        self,
+        owner: AttemptOwner,
+        *,
+        pool: AttemptPool | None = None,
+        host_handle: Any = None,
+        host_name: str = "",
+    ) -> None:
+        self._owner = owner
+        self._pool = pool
+        self._host_handle = host_handle
+        self._host_name = host_name
+        self._live: dict[str, Live] = {}
+
+    @property
+    def running(self) -> bool:
+        return bool(self._live)
+
+    def kill(self, exec_id: str) -> None:
+        live = self._live.pop(exec_id, None)
+        if live is not None:
+            live.kill()
+
+    def kill_all(self) -> None:
+        for live in list(self._live.values()):
+            live.kill()
 
     async def ack_remote_start(self, exec_id: str, attempt: int) -> bool:
         """A remote task is about to run user code: record it, or refuse."""
@@ -142,13 +250,13 @@ class AttemptRunner:
 
     async def _ack_starts(self, items: list[tuple[str, int | None, int | None]]) -> list[bool]:
         """Each item names its attempt by number or by dispatch number."""
-        async with self.commit_lock:
+        async with self._owner.commit_lock:
             answers: list[bool] = []
             accepted: list[Live] = []
-            tx = self.tx()
+            tx = self._owner.tx()
             for exec_id, number, dispatch in items:
                 live = self._live.get(exec_id)
-                record = self.state.execs.get(exec_id)
+                record = self._owner.state.execs.get(exec_id)
                 if dispatch is not None:
                     matches = live is not None and live.dispatch == dispatch
                 else:
@@ -156,21 +264,21 @@ class AttemptRunner:
                 ok = matches and record is not None
                 attempt = live.attempt if live is not None else 0
                 if ok and record is not None and record.status is ExecStatus.WAIT_FOR:
-                    ok = self._is_current(exec_id, ExecStatus.WAIT_FOR, attempt, wait=True)
+                    ok = self._owner.is_current(exec_id, ExecStatus.WAIT_FOR, attempt, wait=True)
                 elif ok and record is not None:
-                    ok = self._is_current(exec_id, ExecStatus.READY, attempt, wait=False)
+                    ok = self._owner.is_current(exec_id, ExecStatus.READY, attempt, wait=False)
                     if ok and live is not None and record.attempts_started < attempt:
                         stage_start(tx, exec_id, attempt, live.first_attempt_at)
                 if ok and live is not None:
                     accepted.append(live)
                 answers.append(ok)
             if tx.commit.history:
-                await self.commit(tx)
+                await self._owner.commit(tx)
             for live in accepted:
                 _acknowledged(live)
             return answers
 
-    async def _attempt(
+    async def run(
         self,
         record: ExecRecord,
         attempt: int,
@@ -224,18 +332,19 @@ class AttemptRunner:
         options: pb.StepOptions,
         early_start: bool,
     ) -> tuple[asyncio.Future[Any], Live, Callable[[Any], StepResult]]:
-        """Start one attempt (see :meth:`_attempt`): its result, its bookkeeping,
+        """Start one attempt (see :meth:`run`): its result, its bookkeeping,
         and how to read its result."""
-        assert self.definition is not None
+        definition = self._owner.definition
+        assert definition is not None
         is_wait = method is InvocationMethod.WAIT_FOR
         # A remote attempt records its start later, at its acknowledgement: fix
         # first_attempt_at now so the request and the record agree.
         first_attempt_at = record.first_attempt_at or float(int(clock.now()))
         local = record.remote is None
         request = (
-            self.state.wait_for_request(record, attempt, attributes=False)
+            self._owner.state.wait_for_request(record, attempt, attributes=False)
             if is_wait
-            else self.state.execute_request(
+            else self._owner.state.execute_request(
                 evolve(record, first_attempt_at=first_attempt_at), attempt, attributes=False
             )
         )
@@ -256,18 +365,18 @@ class AttemptRunner:
             # remote one gets them in its request.
             future = asyncio.ensure_future(
                 invoke_step(
-                    self.definition.mapper,
-                    self.definition.flow,
+                    definition.mapper,
+                    definition.flow,
                     method,
                     request,
                     attempt_progress=progress,
                     is_active=lambda: self.attempt_active(exec_id, attempt),
                     sink=lambda frame: self.on_frame(exec_id, attempt, frame),
-                    attribute_values=self.state.attribute_values(loaded_maps),
+                    attribute_values=self._owner.state.attribute_values(loaded_maps),
                 )
             )
             return future, Live(attempt, loop.time(), lambda: _cancel(future)), _identity
-        payload = (request.SerializeToString(), self.state.attribute_snapshot(loaded_maps))
+        payload = (request.SerializeToString(), self._owner.state.attribute_snapshot(loaded_maps))
         remote, kill, dispatch = self._submit_remote(
             record, attempt, method, payload, progress, early_start
         )
@@ -291,8 +400,8 @@ class AttemptRunner:
         result, how to kill it, and its dispatch number (pooled executors only)."""
         import ray
 
-        assert self.definition is not None and record.remote is not None
-        definition = self.definition
+        definition = self._owner.definition
+        assert definition is not None and record.remote is not None
         if definition.blob_ref is None:
             definition.blob_ref = ray.put(definition.blob)
             definition.blob_key = definition_key(definition.blob)
@@ -310,12 +419,12 @@ class AttemptRunner:
                     payload,
                     progress.value,
                     self._host_name,
-                    self.flow_id,
+                    self._owner.flow_id,
                     record.exec_id,
                     dispatch,
                     early_start,
                 ),
-                (self.flow_id, record.exec_id, dispatch),
+                (self._owner.flow_id, record.exec_id, dispatch),
                 self._on_frames,
             )
             return future, kill_call, dispatch
@@ -328,7 +437,7 @@ class AttemptRunner:
                 payload,
                 progress.value,
                 self._host_handle,
-                self.flow_id,
+                self._owner.flow_id,
                 record.exec_id,
                 attempt,
             )
@@ -342,12 +451,12 @@ class AttemptRunner:
     def attempt_active(self, exec_id: str, attempt: int) -> bool:
         """Whether ``attempt`` of ``exec_id`` is running for this driver now."""
         live = self._live.get(exec_id)
-        return live is not None and live.attempt == attempt and self.state.is_running
+        return live is not None and live.attempt == attempt and self._owner.state.is_running
 
     def dispatch_active(self, exec_id: str, dispatch: int) -> bool:
         """Whether the pooled executor's call ``dispatch`` of ``exec_id`` is the one
         running for this driver now."""
-        return self._by_dispatch(exec_id, dispatch) is not None and self.state.is_running
+        return self._by_dispatch(exec_id, dispatch) is not None and self._owner.state.is_running
 
     def _by_dispatch(self, exec_id: str, dispatch: int) -> Live | None:
         live = self._live.get(exec_id)
@@ -376,41 +485,27 @@ class AttemptRunner:
             return
         live.last_beat = asyncio.get_running_loop().time()
         if isinstance(frame, pb.StepStreamWrite):
-            self.streams.write(self.flow_id, frame.stream_name, f"#{exec_id}", frame)
+            self._owner.streams.write(self._owner.flow_id, frame.stream_name, f"#{exec_id}", frame)
             return
         checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
-        record = self.state.execs.get(exec_id)
+        record = self._owner.state.execs.get(exec_id)
         if record is not None and record.heartbeat == checkpoint:
             return  # nothing new to store (most beats: liveness only)
-        self.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
+        self._owner.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
 
     async def _persist_heartbeat(
         self, exec_id: str, attempt: int, checkpoint: bytes | None
     ) -> None:
-        async with self.commit_lock:
-            record = self.state.execs.get(exec_id)
+        async with self._owner.commit_lock:
+            record = self._owner.state.execs.get(exec_id)
             if record is None or not record.status.is_active or record.heartbeat == checkpoint:
                 return
-            tx = self.tx()
+            tx = self._owner.tx()
             tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
             try:
-                await self.commit(tx)
+                await self._owner.commit(tx)
             except StaleEpochError:
                 return
-
-
-def stage_start(tx: Tx, exec_id: str, attempt: int, first_attempt_at: float | None) -> None:
-    """Stage the start of ``attempt`` of ``exec_id`` in ``tx``."""
-    current = tx.current(exec_id)
-    tx.update(
-        evolve(
-            current,
-            attempts_started=attempt,
-            first_attempt_at=current.first_attempt_at or first_attempt_at or float(int(tx.now)),
-            next_attempt_at=None,
-        )
-    )
-    tx.history(exec_id, "attempt_started", {"attempt": attempt})
 
 
 class _Abandoned(Exception):
@@ -421,28 +516,6 @@ class _Abandoned(Exception):
 def _task_options(text: str) -> RayTaskOptions:
     """A stored ``RayTaskOptions`` (decoded once per distinct text)."""
     return RayTaskOptions.from_json(text)
-
-
-def marks_at_dispatch(
-    record: ExecRecord, attempt: int, options: pb.StepOptions | None = None
-) -> bool:
-    """Whether a remote attempt's start is recorded when it is dispatched.
-
-    It is unless it is the Step's last attempt: a host that dies before the
-    attempt reaches user code then costs one attempt (it counts as started),
-    never the last one, which is recorded at its acknowledgement instead (one
-    more commit) and is dispatched again after such a crash. For a
-    single-attempt Step (a write that must not run twice) the start is always
-    exact.
-    """
-    if options is None:
-        options = pb.StepOptions.FromString(record.options)
-    maximum = (
-        options.execute_retry_policy.maximum_attempts
-        if options.HasField("execute_retry_policy")
-        else 0
-    )
-    return maximum == 0 or attempt < maximum
 
 
 def _acknowledged(live: Live) -> None:

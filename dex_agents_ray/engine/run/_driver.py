@@ -8,7 +8,8 @@ instead: an effect-free Step's completion that moves only to in-host Steps
 run's next commit, and every attempt that must start exactly, waits for the
 write first. Each active Step execution has one asyncio task that moves it
 through ``wait_for`` → waiting → ``execute`` attempts; running one attempt is
-``_attempts.AttemptRunner``'s part.
+the part of the driver's ``attempts`` (``_attempts.AttemptRunner``), and what
+each outcome changes is built by ``_transactions``' pure functions.
 """
 
 from __future__ import annotations
@@ -24,21 +25,29 @@ from dex.dexpb import dex_pb2 as pb
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._errors import StoreUnavailableError
 from dex_agents_ray.engine._metrics import record_step
-from dex_agents_ray.engine._options import RetentionOptions, StepAttemptProgress
+from dex_agents_ray.engine._options import RetentionOptions
 from dex_agents_ray.engine.run._attempts import (
     AttemptPool,
     AttemptRunner,
+    Attempts,
     FlowDefinition,
-    Live,
-    marks_at_dispatch,
-    stage_start,
 )
-from dex_agents_ray.engine.run._decisions import LockTable, apply_decision, finish_if_idle
+from dex_agents_ray.engine.run._decisions import LockTable
 from dex_agents_ray.engine.run._deferred import DeferredCommits, fail
-from dex_agents_ray.engine.run._effect_free import is_effect_free
-from dex_agents_ray.engine.run._retry import next_retry_delay
 from dex_agents_ray.engine.run._state import RunState, Tx
 from dex_agents_ray.engine.run._streams import StreamBuffer
+from dex_agents_ray.engine.run._transactions import (
+    deferrable,
+    marks_at_dispatch,
+    may_satisfy_waits,
+    premark,
+    stage_execute,
+    stage_execute_failed,
+    stage_start,
+    stage_wait_for,
+    stage_wait_for_failed,
+    still_ready,
+)
 from dex_agents_ray.engine.run._waits import next_timer_at, timer_fire_times
 from dex_agents_ray.engine.run._watch import AttemptOutcome
 from dex_agents_ray.engine.sdk._invoke import StepResult
@@ -49,20 +58,14 @@ from dex_agents_ray.engine.store._records import (
     ExecStatus,
     LoadedRun,
     PruneRequest,
-    RecoveryRecord,
-    RunStatus,
-    evolve,
     merge_commits,
 )
 from dex_agents_ray.engine.store._store import FlowStore, StaleEpochError
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
-_FAIL_PROCEED = pb.EXECUTE_METHOD_FAILURE_POLICY_PROCEED_TO_CONFIGURED_STEP
-_WAIT_FOR_PROCEED = pb.WAIT_FOR_METHOD_FAILURE_POLICY_PROCEED_ON_FAILURE
 
-
-class RunDriver(AttemptRunner):
+class RunDriver:
     """Owns one run inside a host while the host holds its ownership epoch."""
 
     def __init__(
@@ -88,16 +91,16 @@ class RunDriver(AttemptRunner):
         self.locks = LockTable()
         self.commit_lock = asyncio.Lock()
         self.stale = False
-        self._host_handle = host_handle
-        self._host_name = host_name
-        self._pool = pool
         self._on_store_down = on_store_down
         self.streams = streams
         self._retention = retention or RetentionOptions()
         self._commits = 0
         self._on_stale = on_stale
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._live: dict[str, Live] = {}
+        self.attempts: Attempts = AttemptRunner(
+            self, pool=pool, host_handle=host_handle, host_name=host_name
+        )
+        """The run's running attempts (its host's acknowledgements and frames go there)."""
         self._changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closed: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -131,11 +134,10 @@ class RunDriver(AttemptRunner):
 
     async def stop(self) -> None:
         """Stop every task of this run in this process (the store keeps the run)."""
-        self._settle_closed()
+        _settle(self._closed)
         if self._timer is not None:
             self._timer.cancel()
-        for live in list(self._live.values()):
-            live.kill()
+        self.attempts.kill_all()
         # A held deferred commit is written, not dropped (a stale driver's is
         # refused by the store): its write goes on while the rest is cancelled.
         writes = asyncio.ensure_future(self._deferred.stop())
@@ -159,10 +161,6 @@ class RunDriver(AttemptRunner):
                 self._closed.set_result(None)
         return self._closed
 
-    def _settle_closed(self) -> None:
-        if self._closed is not None and not self._closed.done():
-            self._closed.set_result(None)
-
     def touch(self) -> None:
         self.last_activity = time.monotonic()
 
@@ -178,7 +176,7 @@ class RunDriver(AttemptRunner):
         if not self.state.is_running:
             return self.waiters == 0, None
         busy = (
-            self._live
+            self.attempts.running
             or self.waiters
             or self.locks.busy
             or any(not task.done() for task in self._background)
@@ -222,7 +220,7 @@ class RunDriver(AttemptRunner):
         if not future.done():
             future.set_result(None)
         if not self.state.is_running:
-            self._settle_closed()
+            _settle(self._closed)
 
     def _spawn(self, exec_id: str) -> None:
         if exec_id not in self._tasks:
@@ -271,9 +269,9 @@ class RunDriver(AttemptRunner):
         """
         if self._deferred.held is None or replace_run:
             await self.settle_deferred()
-        if isinstance(tx, Tx) and self._may_satisfy_waits(tx):
+        if isinstance(tx, Tx) and may_satisfy_waits(tx):
             tx.satisfy_waits(tx.now)
-        premarked = self._premark(tx) if isinstance(tx, Tx) else []
+        premarked = premark(tx) if isinstance(tx, Tx) else []
         built = tx.build() if isinstance(tx, Tx) else tx
         # Stream writes queued meanwhile ride in this commit's transaction.
         built.stream_appends = self.streams.take(self.flow_id) + built.stream_appends
@@ -365,42 +363,9 @@ class RunDriver(AttemptRunner):
             self.streams.written(self.flow_id, built.stream_appends, offsets)
         self._notify()
 
-    @staticmethod
-    def _may_satisfy_waits(tx: Tx) -> bool:
-        if tx.closed or tx.run.status is not RunStatus.RUNNING:
-            return False
-        return bool(tx.commit.message_appends) or any(
-            e.status is ExecStatus.WAITING for e in tx.staged()
-        )
-
-    def _premark(self, tx: Tx) -> list[str]:
-        """Record the start of attempt 1 of executions that become ready in ``tx``,
-        in ``tx`` itself: a Step then costs one commit instead of two. The mark
-        is conservative (the spec allows it): if this host dies before the
-        handler runs, the attempt counts as started (``NOT_COMPLETED``). A
-        remote attempt is marked so only when it is not the Step's last (see
-        :func:`_marks_at_dispatch`); while this host lives, a remote attempt
-        that never acknowledged its start still fails as not started."""
-        if tx.run.status is not RunStatus.RUNNING:
-            return []
-        marked = []
-        for record in tx.staged():
-            if (
-                record.status is ExecStatus.READY
-                and record.attempts_started == record.attempts_failed == 0
-                and record.next_attempt_at is None
-                and (record.remote is None or marks_at_dispatch(record, 1))
-            ):
-                tx.update(evolve(record, attempts_started=1, first_attempt_at=float(int(tx.now))))
-                tx.history(record.exec_id, "attempt_started", {"attempt": 1})
-                marked.append(record.exec_id)
-        return marked
-
     def _after(self, tx: Tx) -> None:
         for exec_id in tx.canceled:
-            live = self._live.pop(exec_id, None)
-            if live is not None:
-                live.kill()
+            self.attempts.kill(exec_id)
             task = self._tasks.pop(exec_id, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
@@ -439,13 +404,7 @@ class RunDriver(AttemptRunner):
             if self._tasks.get(exec_id) is asyncio.current_task():
                 del self._tasks[exec_id]
 
-    async def _sleep_until(self, when: float | None) -> None:
-        if when is not None:
-            delay = when - clock.now()
-            if delay > 0:
-                await asyncio.sleep(delay)
-
-    def _is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
+    def is_current(self, exec_id: str, status: ExecStatus, attempt: int, *, wait: bool) -> bool:
         record = self.state.execs.get(exec_id)
         if record is None or record.status is not status or not self.state.is_running:
             return False
@@ -453,79 +412,25 @@ class RunDriver(AttemptRunner):
         return done + 1 == attempt
 
     async def _run_wait_for(self, record: ExecRecord) -> None:
-        await self._sleep_until(record.next_attempt_at)
+        await _sleep_until(record.next_attempt_at)
         options = pb.StepOptions.FromString(record.options)
         attempt = record.wait_for_failures + 1
         keys = list(options.wait_for_lock_attribute_keys)
         await self.locks.acquire(keys, record.exec_id)
         try:
             await self.settle_deferred()
-            outcome = await self._attempt(record, attempt, InvocationMethod.WAIT_FOR, options)
+            outcome = await self.attempts.run(record, attempt, InvocationMethod.WAIT_FOR, options)
             async with self.commit_lock:
-                if not self._is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
+                if not self.is_current(record.exec_id, ExecStatus.WAIT_FOR, attempt, wait=True):
                     return
+                tx = self.tx()
                 if outcome.result is not None and outcome.result.wait_for is not None:
-                    await self._commit_wait_for(record.exec_id, outcome.result.wait_for)
+                    stage_wait_for(tx, record.exec_id, outcome.result.wait_for)
                 else:
-                    await self._wait_for_failed(record.exec_id, options, outcome)
+                    stage_wait_for_failed(tx, record.exec_id, options, outcome)
+                await self.commit(tx)
         finally:
             self.locks.release(keys, record.exec_id)
-
-    async def _commit_wait_for(
-        self, exec_id: str, response: pb.InvokeWaitForMethodResponse
-    ) -> None:
-        tx = self.tx()
-        current = tx.current(exec_id)
-        tx.write_attributes(response.upsert_attributes)
-        tx.delete_messages(response.delete_from_channel, strict=False)
-        tx.publish(response.publish_to_channel)
-        locals_ = dict(current.locals)
-        locals_.update(
-            {kv.key: kv.value.SerializeToString() for kv in response.upsert_step_exe_locals}
-        )
-        waiting = response.HasField("waiting_condition")
-        tx.update(
-            evolve(
-                current,
-                status=ExecStatus.WAITING if waiting else ExecStatus.READY,
-                wait=response.waiting_condition.SerializeToString() if waiting else None,
-                wait_started_at=tx.now if waiting else None,
-                locals=locals_,
-                next_attempt_at=None,
-            )
-        )
-        tx.history(exec_id, "wait_for_completed", {"waiting": waiting, **_events(response)})
-        await self.commit(tx)
-
-    async def _wait_for_failed(
-        self, exec_id: str, options: pb.StepOptions, outcome: AttemptOutcome
-    ) -> None:
-        tx = self.tx()
-        current = tx.current(exec_id)
-        failures = current.wait_for_failures + 1
-        policy = (
-            options.wait_for_retry_policy if options.HasField("wait_for_retry_policy") else None
-        )
-        first = current.first_attempt_at or current.created_at
-        delay = next_retry_delay(policy, failures, first, tx.now, outcome.retry_after)
-        detail = {"method": "wait_for", "attempt": failures, "error_type": outcome.error_type}
-        tx.history(exec_id, "attempt_failed", {**detail, "error": outcome.detail})
-        if delay is not None:
-            tx.update(evolve(current, wait_for_failures=failures, next_attempt_at=tx.now + delay))
-        elif options.wait_for_failure_policy == _WAIT_FOR_PROCEED:
-            tx.update(
-                evolve(
-                    current,
-                    wait_for_failures=failures,
-                    status=ExecStatus.READY,
-                    wait_for_failed=True,
-                    next_attempt_at=None,
-                )
-            )
-        else:
-            tx.update(evolve(current, status=ExecStatus.FAILED, ended_at=tx.now))
-            tx.close(RunStatus.FAILED, "worker_api_failed", f"{exec_id}: {outcome.detail}")
-        await self.commit(tx)
 
     async def _run_execute(self, record: ExecRecord) -> None:
         options = pb.StepOptions.FromString(record.options)
@@ -545,7 +450,7 @@ class RunDriver(AttemptRunner):
                     record.exec_id, record.attempts_started, options, outcome
                 )
             return
-        await self._sleep_until(record.next_attempt_at)
+        await _sleep_until(record.next_attempt_at)
         attempt = record.attempts_failed + 1
         started_before = 0 if premarked else record.attempts_started
         keys = list(options.execute_lock_attribute_keys)
@@ -554,16 +459,18 @@ class RunDriver(AttemptRunner):
             mark = record.remote is None or marks_at_dispatch(record, attempt, options)
             if mark and not premarked:
                 async with self.commit_lock:
-                    if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
+                    if not self.is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                         return
-                    await self._mark_started(record.exec_id, attempt)
+                    tx = self.tx()
+                    stage_start(tx, record.exec_id, attempt, None)
+                    await self.commit(tx)
             current = self.state.execs.get(record.exec_id)
             if current is None:
                 return  # canceled while its start was being recorded
             if record.remote is not None or not marks_at_dispatch(record, attempt, options):
                 # A dispatch, or a last attempt: its recorded start must be durable.
                 await self.settle_deferred()
-            outcome = await self._attempt(
+            outcome = await self.attempts.run(
                 current,
                 attempt,
                 InvocationMethod.EXECUTE,
@@ -574,7 +481,7 @@ class RunDriver(AttemptRunner):
                 await self._commit_finished(_Finished(record.exec_id, attempt, outcome.result))
                 return
             async with self.commit_lock:
-                if not self._is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
+                if not self.is_current(record.exec_id, ExecStatus.READY, attempt, wait=False):
                     return
                 if not outcome.acknowledged:
                     # It never reached user code: undo a start marked at dispatch.
@@ -585,13 +492,6 @@ class RunDriver(AttemptRunner):
                     await self._execute_failed(record.exec_id, attempt, options, outcome)
         finally:
             self.locks.release(keys, record.exec_id)
-
-    async def _mark_started(
-        self, exec_id: str, attempt: int, first_attempt_at: float | None = None
-    ) -> None:
-        tx = self.tx()
-        stage_start(tx, exec_id, attempt, first_attempt_at)
-        await self.commit(tx)
 
     async def _commit_finished(self, finished: _Finished) -> None:
         """Commit a successful ``execute`` attempt. Attempts of this run that finish
@@ -617,13 +517,20 @@ class RunDriver(AttemptRunner):
             try:
                 tx = self.tx()
                 for item in batch:
-                    if self._is_current(
+                    if self.is_current(
                         item.exec_id, ExecStatus.READY, item.attempt, wait=False
-                    ) and self._still_ready(tx, item.exec_id):
-                        self._stage_execute(tx, item.exec_id, item.result)
+                    ) and still_ready(tx, item.exec_id):
+                        assert self.definition is not None
+                        decode = _reason_decoder(self.definition)
+                        stage_execute(tx, item.exec_id, item.result, decode)
                         staged.append(item)
                 if staged:
-                    await self.commit(tx, deferred=self._deferrable(tx, staged))
+                    # In the background only for in-host effect-free Steps (see
+                    # ``_transactions.deferrable``).
+                    later = self.definition is not None and deferrable(
+                        tx, [item.exec_id for item in staged], self.definition.flow.steps
+                    )
+                    await self.commit(tx, deferred=later)
             except BaseException as error:
                 # Every attempt of the batch ends as its own failed commit would have.
                 for item in batch:
@@ -635,46 +542,6 @@ class RunDriver(AttemptRunner):
                 record_step(item.exec_id, "completed")
         finally:
             self.commit_lock.release()
-
-    def _deferrable(self, tx: Tx, staged: list[_Finished]) -> bool:
-        """Whether ``tx`` (the completions of ``staged``) may be written in the
-        background: every Step that completed ran in this host and is effect-free,
-        the run stays open, and every Step it makes ready runs in this host."""
-        if tx.closed or self.definition is None or not tx.new_execs:
-            return False
-        steps = self.definition.flow.steps
-        for item in staged:
-            record = tx.current(item.exec_id)
-            registered = steps.get(record.step_type)
-            if record.remote is not None or registered is None:
-                return False
-            if not is_effect_free(registered.step):
-                return False
-        return all(record.remote is None for record in tx.new_execs)
-
-    @staticmethod
-    def _still_ready(tx: Tx, exec_id: str) -> bool:
-        return tx.run.status is RunStatus.RUNNING and tx.current(exec_id).status is ExecStatus.READY
-
-    def _stage_execute(self, tx: Tx, exec_id: str, result: StepResult) -> None:
-        response = result.execute
-        assert response is not None and self.definition is not None
-        current = tx.current(exec_id)
-        tx.write_attributes(response.upsert_attributes)
-        tx.delete_messages(response.delete_from_channel, strict=False)
-        tx.publish(response.publish_to_channel)
-        tx.update(evolve(current, status=ExecStatus.COMPLETED, ended_at=tx.now))
-        tx.history(
-            exec_id, "step_completed", {"attempt": current.attempts_started, **_events(response)}
-        )
-        values = self.definition.mapper.values
-        apply_decision(
-            tx,
-            current,
-            response.step_decision,
-            result.extras,
-            lambda v: values.decode(v, values.codec(str)),
-        )
 
     async def _execute_failed(
         self,
@@ -688,64 +555,9 @@ class RunDriver(AttemptRunner):
         """Record a failed attempt; ``unstarted``: it never reached user code, and
         this is the start count to restore (undoing a mark made at dispatch)."""
         tx = self.tx()
-        current = tx.current(exec_id)
-        if unstarted is not None and current.attempts_started >= attempt:
-            current = evolve(current, attempts_started=unstarted)
-        policy = options.execute_retry_policy if options.HasField("execute_retry_policy") else None
-        first = current.first_attempt_at or current.created_at
-        delay = next_retry_delay(policy, attempt, first, tx.now, outcome.retry_after)
-        tx.history(
-            exec_id,
-            "attempt_failed",
-            {
-                "method": "execute",
-                "attempt": attempt,
-                "error_type": outcome.error_type,
-                "error": outcome.detail,
-                "started": current.attempts_started >= attempt,
-            },
-        )
-        failed = evolve(current, attempts_failed=attempt, last_error=outcome.detail)
-        if delay is not None:
-            tx.update(evolve(failed, next_attempt_at=tx.now + delay))
-        else:
-            tx.update(evolve(failed, status=ExecStatus.FAILED, ended_at=tx.now))
-            self._route_failure(tx, failed, options, outcome)
+        retried = stage_execute_failed(tx, exec_id, attempt, options, outcome, unstarted=unstarted)
         await self.commit(tx)
-        record_step(exec_id, "failed" if delay is None else "retrying")
-
-    def _route_failure(
-        self, tx: Tx, failed: ExecRecord, options: pb.StepOptions, outcome: AttemptOutcome
-    ) -> None:
-        if options.execute_failure_policy != _FAIL_PROCEED:
-            tx.history(failed.exec_id, "step_failed", {"error": outcome.detail})
-            tx.close(RunStatus.FAILED, "worker_api_failed", f"{failed.exec_id}: {outcome.detail}")
-            return
-        progress = (
-            StepAttemptProgress.NOT_STARTED
-            if failed.attempts_started == 0
-            else StepAttemptProgress.NOT_COMPLETED
-        )
-        movement = pb.StepMovement(
-            step_type=options.execute_failure_proceed_step_type,
-            step_input=pb.Value.FromString(failed.input),
-        )
-        movement.step_options.CopyFrom(options.execute_failure_proceed_step_options)
-        target = tx.create(
-            movement,
-            None,
-            from_exec_id=failed.exec_id,
-            recovery=RecoveryRecord(
-                detail=outcome.detail, error_type=outcome.error_type, progress=progress.value
-            ),
-            remote=failed.failure_remote,
-        )
-        tx.history(
-            failed.exec_id,
-            "step_failed",
-            {"error": outcome.detail, "routed_to": target.exec_id, "progress": progress.value},
-        )
-        finish_if_idle(tx)
+        record_step(exec_id, "retrying" if retried else "failed")
 
     # -- waits and timers --------------------------------------------------------------
 
@@ -775,10 +587,22 @@ class RunDriver(AttemptRunner):
             self._timer = asyncio.get_running_loop().call_later(delay, self.schedule_evaluation)
 
 
-def _events(response: Any) -> dict[str, Any]:
-    if not response.record_events:
-        return {}
-    return {"events": [kv.key for kv in response.record_events]}
+def _reason_decoder(definition: FlowDefinition) -> Callable[[pb.Value], Any]:
+    """How a Step's failing decision's reason is read (its Flow's value codec)."""
+    values = definition.mapper.values
+    return lambda v: values.decode(v, values.codec(str))
+
+
+async def _sleep_until(when: float | None) -> None:
+    if when is not None:
+        delay = when - clock.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def _settle(closed: asyncio.Future[None] | None) -> None:
+    if closed is not None and not closed.done():
+        closed.set_result(None)
 
 
 class _Finished:

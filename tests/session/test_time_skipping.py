@@ -54,7 +54,10 @@ async def test_a_year_long_wait_and_a_deadline_come_due_when_the_clock_moves(
 
     # Three days on: the approval's deadline passed, the wait still holds.
     await engine.advance_clock(timedelta(days=3))
-    expired = await snapshot_when(sessions, "s-1", lambda s: not s.pending_interrupts)
+    expired = await snapshot_when(
+        sessions, "s-1", lambda s: any(r.tool_call_id == "c1" and r.is_final for r in s.tool_calls)
+    )
+    assert not expired.pending_interrupts
     assert [r.status for r in expired.tool_calls if r.tool_call_id == "c1"] == [
         AgentToolCallStatus.REJECTED
     ]

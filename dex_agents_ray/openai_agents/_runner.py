@@ -346,11 +346,8 @@ class OpenAIAgentsRunner(FrameworkRunnerBase):
         if result.interruptions:
             envelope: dict[str, Any] = {"v": _STATE_VERSION, "agent": last.name, "base": base}
             envelope["new"] = new
-            if (
-                state is not None
-                and state["kind"] == "run_state"
-                or not _resumes_from_items(last, config)
-            ):
+            resumed_run_state = state is not None and state["kind"] == "run_state"
+            if resumed_run_state or not _resumes_from_items(last, config):
                 envelope["kind"] = "run_state"
                 envelope["start"] = start_name
                 # The context is the process's own (context_override on resume),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-__all__ = ["now", "offset", "set_offset", "utc_now"]
+__all__ = ["follow_offset", "now", "offset", "set_offset", "utc_now"]
 
 _offset = 0.0
 
@@ -37,3 +37,13 @@ def set_offset(seconds: float) -> None:
     """Move this process's clock to ``seconds`` ahead of real time (never back)."""
     global _offset
     _offset = max(_offset, float(seconds))
+
+
+def follow_offset(seconds: float) -> None:
+    """Set this process's clock to exactly ``seconds`` ahead of real time.
+
+    For a driver that opens an engine's store: its clock is that store's, not
+    whatever an engine it opened before moved it to.
+    """
+    global _offset
+    _offset = float(seconds)

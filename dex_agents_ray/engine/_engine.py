@@ -14,6 +14,7 @@ from typing import Any
 
 from dex import CodecRegistry, Flow, FlowDefinitionError, Registry
 
+from dex_agents_ray.engine import _clock
 from dex_agents_ray.engine._client import EngineClient
 from dex_agents_ray.engine._engine_options import (
     EngineOptions,
@@ -385,6 +386,7 @@ class FlowEngine:
         config = _store_config(options.store)
         flow_store = open_store(config)
         await flow_store.open()
+        _clock.follow_offset(await flow_store.clock_offset())
         hashes = await _store_definitions(flow_store, flows, options.codec_registry)
         engine = cls(
             flows=flows,
@@ -485,9 +487,7 @@ class FlowEngine:
             raise ValueError(f"advance_clock: the clock never goes back ({delta})")
         import ray
 
-        from dex_agents_ray.engine import _clock
-
-        seconds = max(await self.store.clock_offset(), _clock.offset()) + delta.total_seconds()
+        seconds = await self.store.clock_offset() + delta.total_seconds()
         await self.store.set_clock_offset(seconds)
         _clock.set_offset(seconds)
         prefixes = ("dexhost:", "dexrun:", "dexexec:", SCHEDULER_NAME)

@@ -5,7 +5,7 @@ also for a session that no process holds (the scheduler wakes it)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,6 @@ async def test_events_written_after_the_clock_moves_carry_the_engines_time(
     """A Stream record's time is the engine's clock, as every other time of a run
     is: an event written a year on reads a year on, from the long poll's tail and
     from the store alike."""
-    from datetime import UTC, datetime
 
     flow = build_flow(state_dir, {"hello": [Reply()]}, options=OPTIONS)
     engine = await engine_factory([flow])
@@ -123,3 +122,23 @@ async def test_events_written_after_the_clock_moves_carry_the_engines_time(
     assert all(m.created_time >= floor for m in events), [m.created_time for m in events]
     assert len(stored) == len(events)
     assert all(m.created_time >= floor for m in stored), [m.created_time for m in stored]
+
+
+async def test_an_engine_counts_its_clock_from_its_own_store(
+    engine_factory: Any, state_dir: Path, tmp_path: Path, namespace: str
+) -> None:
+    """A driver that opened an engine whose clock moved a year, then opens another
+    store, reads that store's time: the second engine's day is a day, not a year
+    and a day (the driver's clock is the store's it opened last)."""
+    from dex_agents_ray.engine import utc_now
+
+    flow = build_flow(state_dir, {"hello": [Reply()]}, options=OPTIONS)
+    first = await engine_factory([flow])
+    assert await first.advance_clock(YEAR) == YEAR.total_seconds()
+    await first.shutdown(stop_hosts=True)
+
+    second = await engine_factory(
+        [flow], store=tmp_path / "second.db", namespace=f"{namespace}-second"
+    )
+    assert abs((utc_now() - datetime.now(UTC)).total_seconds()) < 60
+    assert await second.advance_clock(timedelta(days=1)) == 86_400

@@ -3,6 +3,7 @@
 ``flow`` is the session Flow (``--agent actors.support:flow``). Tools:
 
 - ``lookup_order`` (``read``): an order's item and status;
+- ``search_orders`` (``read``): the IDs of the orders whose item names a word;
 - ``refund_order`` (``non_idempotent_write``): asks for approval, runs at most
   once (a crash while it runs records ``outcome_unknown``);
 - ``ask_user`` (built in): when a message names no order.
@@ -10,12 +11,20 @@
 The scripted model (used unless a model is named, see ``actors._models``) reads
 the order ID (``A1``..``A9``) from the last user message: "refund" in it asks for
 a refund of ``amount_cents`` (500 unless a number is given), otherwise it looks
-the order up; without an ID it asks which order.
+the order up; without an ID, "find my desk orders" searches, anything else asks
+which order.
+
+The same desk runs every demo (``dex-agents-ray demo`` and ``control-demo``, the
+inspector's example): ``support_flow(before_tool=...)`` gives them a hook that
+runs at the start of each tool call, where a demo holds a call at a gate or
+counts its invocations.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from actors._models import SettingsModelResolver, default_model
 from dex_agents_ray import AgentSessionFlow, BuiltInTool, ToolEffect
@@ -26,6 +35,8 @@ from dex_agents_ray.builtin_loop import (
     ScriptedModelClient,
     ScriptedModelReply,
     ScriptedToolCall,
+    ToolCallContext,
+    ToolResultItem,
     builtin_agent_session_flow,
     function_tool,
 )
@@ -51,24 +62,45 @@ ORDERS: dict[str, dict[str, str]] = {
 INSTRUCTIONS = (
     "You are a support agent for an office-supplies shop. Look orders up with "
     "lookup_order before answering. Refund only with refund_order, and only the "
-    "amount the customer asks for. If the customer names no order, ask which one "
-    "with ask_user."
+    "amount the customer asks for. Find orders by item with search_orders. If the "
+    "customer names no order, ask which one with ask_user."
 )
 
 _ORDER_ID = re.compile(r"\bA\d\b", re.IGNORECASE)
 _AMOUNT = re.compile(r"\b(\d{2,6})\b")
+_SEARCH = re.compile(r"\b(?:find|search)\b(?: for)?(?: my)? (\w+)", re.IGNORECASE)
+
+ToolHook = Callable[[str, ToolCallContext], Awaitable[None]]
+"""Runs at the start of each tool call with the tool's name and the call's context."""
 
 
-@function_tool(effect=ToolEffect.READ)
-async def lookup_order(order_id: str) -> dict[str, str]:
-    """Look up an order by its ID (such as A1): its item, status and amount paid."""
-    return ORDERS.get(order_id.upper(), {"status": "unknown order"})
+def support_tools(before_tool: ToolHook | None = None) -> list[Any]:
+    """The desk's tools; ``before_tool`` runs at the start of each call."""
 
+    async def enter(tool_name: str, context: ToolCallContext) -> None:
+        if before_tool is not None:
+            await before_tool(tool_name, context)
 
-@function_tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
-async def refund_order(order_id: str, amount_cents: int) -> str:
-    """Refund part of an order, in cents (sends money: asks for approval first)."""
-    return refund(order_id, amount_cents)
+    @function_tool(effect=ToolEffect.READ)
+    async def lookup_order(order_id: str, context: ToolCallContext) -> dict[str, str]:
+        """Look up an order by its ID (such as A1): its item, status and amount paid."""
+        await enter("lookup_order", context)
+        return ORDERS.get(order_id.upper(), {"status": "unknown order"})
+
+    @function_tool(effect=ToolEffect.READ)
+    async def search_orders(query: str, context: ToolCallContext) -> list[str]:
+        """The IDs of the orders whose item names ``query`` (such as "lamp")."""
+        await enter("search_orders", context)
+        word = query.lower()
+        return [order_id for order_id, order in ORDERS.items() if word in order["item"]]
+
+    @function_tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    async def refund_order(order_id: str, amount_cents: int, context: ToolCallContext) -> str:
+        """Refund part of an order, in cents (sends money: asks for approval first)."""
+        await enter("refund_order", context)
+        return refund(order_id, amount_cents)
+
+    return [lookup_order, search_orders, refund_order]
 
 
 def refund(order_id: str, amount_cents: int) -> str:
@@ -84,7 +116,9 @@ def refund(order_id: str, amount_cents: int) -> str:
 def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
     """The scripted support model (deterministic: a rerun ``RunModel`` replies the same)."""
     results = ScriptedModelClient.tool_results(request)
-    if results:
+    # Tool results answer the model's calls only while no user message follows them
+    # (a steered turn's messages come after the results of the turn they stopped).
+    if results and isinstance(request.input[-1], ToolResultItem):
         result = results[-1]
         if result.tool_name == "ask_user":
             # The answer names the order: continue with it (and the first request).
@@ -94,6 +128,8 @@ def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
             return _act(f"{texts[-1] if texts else ''} {result.output}", call_suffix="-answered")
         if result.tool_name == "refund_order":
             return ScriptedModelReply(text=f"Refund: {result.output}")
+        if result.tool_name == "search_orders":
+            return ScriptedModelReply(text=f"Orders found: {result.output}")
         return ScriptedModelReply(text=f"Order status: {result.output}")
     texts = ScriptedModelClient.user_texts(request)
     return _act(texts[-1] if texts else "")
@@ -101,6 +137,17 @@ def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
 
 def _act(text: str, *, call_suffix: str = "") -> ScriptedModelReply:
     found = _ORDER_ID.search(text)
+    search = _SEARCH.search(text)
+    if found is None and search is not None:
+        return ScriptedModelReply(
+            tool_calls=[
+                ScriptedToolCall(
+                    tool_call_id="call-search" + call_suffix,
+                    tool_name="search_orders",
+                    arguments={"query": search.group(1)},
+                )
+            ]
+        )
     if found is None:
         return ScriptedModelReply(
             tool_calls=[
@@ -138,15 +185,19 @@ def _act(text: str, *, call_suffix: str = "") -> ScriptedModelReply:
 
 
 def support_flow(
-    model: ModelClient | None = None, *, flow_type: str = "SupportDesk"
+    model: ModelClient | None = None,
+    *,
+    flow_type: str = "SupportDesk",
+    before_tool: ToolHook | None = None,
 ) -> AgentSessionFlow:
-    """The support-desk session Flow (``model`` overrides the default choice)."""
+    """The support-desk session Flow (``model`` overrides the default choice;
+    ``before_tool`` runs at the start of each tool call)."""
     chosen = model if model is not None else default_model(scripted_support_model)
     agent = AgentDefinition(
         name="support-desk",
         instructions=INSTRUCTIONS,
         model=chosen,
-        tools=[lookup_order, refund_order],
+        tools=support_tools(before_tool),
         built_in_tools=frozenset({BuiltInTool.ASK_USER}),
         resolve_model=SettingsModelResolver(chosen),
     )

@@ -28,7 +28,7 @@ async def test_control_demo_steers_a_running_turn_and_stops_a_waiting_one(
     assert await _control_demo._demo(str(tmp_path / "control-demo.db")) == 0
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "into the running turn: True" in out
-    assert 'turn 2 (the steered message): Order B2: {"item": "floor lamp"' in out
+    assert 'turn 2 (the steered message): Order status: {"item": "desk mat"' in out
     assert "cancel_turn('turn-3') = True; approving now = False" in out
     assert "turn_steered" in out and "turn_cancelled" in out
     assert "Traceback" not in out

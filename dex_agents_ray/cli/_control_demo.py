@@ -1,11 +1,12 @@
-"""The turn-control demo: a user steers a running turn, then stops one.
+"""The turn-control demo on the support desk (``actors.support``): a user steers a
+running turn, then stops one.
 
-1. Turn 1: "Find my lamp orders." The model calls ``search_orders``, a slow
-   ``read`` tool. While it runs, the user queues "Only order B2, please." and
+1. Turn 1: "Find my desk orders." The model calls ``search_orders``, a slow
+   ``read`` tool. While it runs, the user queues "Only order A7, please." and
    steers the turn with it. The search runs to its end (a started call is never
    interrupted); the turn then ends ``turn_steered`` and turn 2 starts with the
-   steered message: the model looks up B2 and answers.
-2. Turn 3: "Refund 5 EUR on B2." The refund needs approval and the session waits
+   steered message: the model looks up A7 and answers.
+2. Turn 3: "Refund 5 EUR on A7." The refund needs approval and the session waits
    for it, holding no process. The user presses Stop (``cancel_turn``): the
    approval is withdrawn (approving it now returns ``False``), the call records
    ``rejected`` with ``cancellation_reason`` ``turn_cancelled``, and the turn
@@ -22,17 +23,9 @@ import tempfile
 import uuid
 from typing import Any
 
-from dex_agents_ray import AgentSessionClient, AgentSessionFlow, ToolEffect
-from dex_agents_ray.builtin_loop import (
-    AgentDefinition,
-    ModelClient,
-    ModelRequest,
-    ScriptedModelClient,
-    ScriptedModelReply,
-    ScriptedToolCall,
-    builtin_agent_session_flow,
-    function_tool,
-)
+from actors.support import scripted_support_model, support_flow
+from dex_agents_ray import AgentSessionClient, AgentSessionFlow
+from dex_agents_ray.builtin_loop import ModelClient, ToolCallContext
 from dex_agents_ray.cli._session_demo import (
     _print_events,
     _print_transcript,
@@ -43,66 +36,21 @@ from dex_agents_ray.cli._session_demo import (
 from dex_agents_ray.engine import FlowEngine
 from dex_agents_ray.testing import FileGate
 
-ORDERS = {
-    "A1": {"item": "desk lamp", "status": "delivered"},
-    "B2": {"item": "floor lamp", "status": "shipped"},
-}
-
-
-def scripted_control_model(request: ModelRequest) -> ScriptedModelReply:
-    """A deterministic model for the demo's three turns."""
-    results = ScriptedModelClient.tool_results(request)
-    last = ScriptedModelClient.user_texts(request)[-1].lower()
-    if results and results[-1].tool_name == "lookup_order":
-        return ScriptedModelReply(text=f"Order B2: {results[-1].output}")
-    if "refund" in last:
-        call = ScriptedToolCall(
-            tool_call_id="call-refund",
-            tool_name="refund_order",
-            arguments={"order_id": "B2", "amount_cents": 500},
-        )
-    elif "b2" in last:
-        call = ScriptedToolCall(
-            tool_call_id="call-b2", tool_name="lookup_order", arguments={"order_id": "B2"}
-        )
-    else:
-        call = ScriptedToolCall(
-            tool_call_id="call-search", tool_name="search_orders", arguments={"query": "lamp"}
-        )
-    return ScriptedModelReply(tool_calls=[call])
-
 
 def build_control_flow(state_dir: str, model: ModelClient) -> AgentSessionFlow:
-    """The demo's agent; ``search_orders`` waits at a gate the demo opens."""
+    """The support desk (``actors.support``); ``search_orders`` waits at a gate the
+    demo opens."""
 
-    @function_tool(effect=ToolEffect.READ)
-    async def search_orders(query: str) -> list[str]:
-        """Search orders by item (slow)."""
-        await FileGate(state_dir, "search-running").wait_for_release()
-        return [order_id for order_id, order in ORDERS.items() if query in order["item"]]
+    async def before_tool(tool_name: str, context: ToolCallContext) -> None:
+        if tool_name == "search_orders":
+            await FileGate(state_dir, "search-running").wait_for_release()
 
-    @function_tool(effect=ToolEffect.READ)
-    async def lookup_order(order_id: str) -> dict[str, str]:
-        """Look up an order by its ID."""
-        return ORDERS.get(order_id, {"status": "unknown order"})
-
-    @function_tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
-    async def refund_order(order_id: str, amount_cents: int) -> str:
-        """Refund part of an order (needs approval)."""
-        return f"refunded {amount_cents} cents on {order_id}"
-
-    agent = AgentDefinition(
-        name="support",
-        instructions="You help customers with their orders. Ask before refunding.",
-        model=model,
-        tools=[search_orders, lookup_order, refund_order],
-    )
-    return builtin_agent_session_flow(agent, flow_type="SupportControlAgent")
+    return support_flow(model, flow_type="SupportControlAgent", before_tool=before_tool)
 
 
 async def _demo(store: str | None) -> int:
     state_dir = tempfile.mkdtemp(prefix="dex-control-demo-")
-    flow = build_control_flow(state_dir, demo_model(scripted_control_model))
+    flow = build_control_flow(state_dir, demo_model(scripted_support_model))
     print("starting the engine (local Ray, SQLite store) ...", flush=True)
     engine = await FlowEngine.start(
         [flow], store=store, namespace=f"dex-control-demo-{uuid.uuid4().hex[:8]}"
@@ -110,11 +58,11 @@ async def _demo(store: str | None) -> int:
     sessions = AgentSessionClient(engine.client, flow)
     session_id = f"control-{uuid.uuid4().hex[:8]}"
     try:
-        await sessions.start_session(session_id, "Find my lamp orders.")
+        await sessions.start_session(session_id, "Find my desk orders.")
         gate = FileGate(state_dir, "search-running")
         await gate.wait_until_reached(timeout=180)
         print("turn 1: search_orders is running ...", flush=True)
-        await sessions.send_user_message(session_id, "Only order B2, please.")
+        await sessions.send_user_message(session_id, "Only order A7, please.")
         queued = (await sessions.get_agent_snapshot(session_id)).queued_messages[0]
         steered = await sessions.steer_user_message(session_id, message_id=queued.message_id)
         print(f"STEER: moved the queued message {queued.text!r} into the running turn: {steered}")
@@ -122,7 +70,7 @@ async def _demo(store: str | None) -> int:
         snapshot = await _until(_turn_done(sessions, session_id, 2), "the steered turn")
         print(f"turn 2 (the steered message): {snapshot.messages[-1].text}", flush=True)
 
-        await sessions.send_user_message(session_id, "Refund 5 EUR on B2.")
+        await sessions.send_user_message(session_id, "Refund 5 EUR on A7.")
 
         async def pending() -> Any:
             return (await sessions.get_agent_snapshot(session_id)).pending_interrupts

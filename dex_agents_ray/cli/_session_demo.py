@@ -1,4 +1,5 @@
-"""The session demo: a support agent that reads, asks approval, and survives a crash.
+"""The session demo: the support desk (``actors.support``) reads, asks approval, and
+survives a crash.
 
 1. Turn 1: "Where is order A1?" — the model calls ``lookup_order`` (a ``read``
    tool, its own ``CallTool`` Step on a Ray task) and answers.
@@ -23,47 +24,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dex_agents_ray import AgentSessionClient, AgentSessionFlow, AgentSnapshot, ToolEffect
+from actors.support import scripted_support_model, support_flow
+from dex_agents_ray import AgentSessionClient, AgentSessionFlow, AgentSnapshot
 from dex_agents_ray.builtin_loop import (
-    AgentDefinition,
     ModelClient,
     ModelRequest,
     ScriptedModelClient,
     ScriptedModelReply,
-    ScriptedToolCall,
     ToolCallContext,
-    builtin_agent_session_flow,
-    function_tool,
 )
 from dex_agents_ray.engine import FlowEngine
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
-
-ORDERS = {"A1": {"item": "desk lamp", "status": "delivered", "paid_cents": "4200"}}
-
-
-def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
-    """A deterministic support model (a crashed ``RunModel`` reruns it)."""
-    results = ScriptedModelClient.tool_results(request)
-    if results:
-        result = results[-1]
-        if result.tool_name == "refund_order":
-            return ScriptedModelReply(
-                text=f"About the refund: {result.output} I will not retry it on my own; "
-                "please check the payment provider before asking me again."
-            )
-        return ScriptedModelReply(text=f"Order A1: {result.output}")
-    last = ScriptedModelClient.user_texts(request)[-1].lower()
-    if "refund" in last:
-        call = ScriptedToolCall(
-            tool_call_id="call-refund",
-            tool_name="refund_order",
-            arguments={"order_id": "A1", "amount_cents": 500},
-        )
-    else:
-        call = ScriptedToolCall(
-            tool_call_id="call-lookup", tool_name="lookup_order", arguments={"order_id": "A1"}
-        )
-    return ScriptedModelReply(tool_calls=[call])
 
 
 def demo_model(script: Callable[[ModelRequest], ScriptedModelReply]) -> ModelClient:
@@ -77,28 +48,16 @@ def demo_model(script: Callable[[ModelRequest], ScriptedModelReply]) -> ModelCli
 
 
 def build_support_flow(state_dir: str, model: ModelClient) -> AgentSessionFlow:
-    """The support agent; its refund tool records each real invocation under ``state_dir``."""
+    """The support desk (``actors.support``); each real ``refund_order`` invocation is
+    recorded under ``state_dir`` and then held at a gate while the demo crashes the host."""
 
-    @function_tool(effect=ToolEffect.READ)
-    async def lookup_order(order_id: str) -> dict[str, str]:
-        """Look up an order by its ID."""
-        return ORDERS.get(order_id, {"status": "unknown order"})
+    async def before_tool(tool_name: str, context: ToolCallContext) -> None:
+        if tool_name == "refund_order":
+            InvocationLog(os.path.join(state_dir, "refunds.log")).record(context.idempotency_key)
+            # The payment call is "in flight" here; the demo crashes the host now.
+            await FileGate(state_dir, "refund-in-flight").wait_for_release()
 
-    @function_tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
-    async def refund_order(order_id: str, amount_cents: int, context: ToolCallContext) -> str:
-        """Refund part of an order (sends money: runs at most once)."""
-        InvocationLog(os.path.join(state_dir, "refunds.log")).record(context.idempotency_key)
-        # The payment call is "in flight" here; the demo crashes the host now.
-        await FileGate(state_dir, "refund-in-flight").wait_for_release()
-        return f"refunded {amount_cents} cents on {order_id}"
-
-    agent = AgentDefinition(
-        name="support",
-        instructions="You help customers with their orders. Ask before refunding.",
-        model=model,
-        tools=[lookup_order, refund_order],
-    )
-    return builtin_agent_session_flow(agent, flow_type="SupportAgent")
+    return support_flow(model, flow_type="SupportAgent", before_tool=before_tool)
 
 
 async def _until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 180.0) -> Any:

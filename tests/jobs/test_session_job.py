@@ -1,5 +1,6 @@
 """``examples/session_job.py`` submitted to a real Ray head with ``ray job submit``
-(the CLI, then the Jobs SDK), and a session it left waiting approved by a second driver."""
+(the CLI, then the Jobs SDK), a session it left waiting approved by a second driver,
+and ``examples/engine_job.py`` (the engine alone) submitted to the same head."""
 
 from __future__ import annotations
 
@@ -57,6 +58,23 @@ async def test_session_job_through_ray_job_submit(tmp_path: Path) -> None:
             "failed": [],
         }
         assert "Traceback" not in output
+
+        # The engine-only example on the same head: fan-out runs that join.
+        code, engine_output = await _run(
+            [
+                RAY, "job", "submit", "--address", head.dashboard_url,
+                "--working-dir", str(ROOT),
+                "--runtime-env-json", json.dumps({"excludes": EXCLUDES}),
+                "--", sys.executable, "examples/engine_job.py",
+                "--store", str(tmp_path / "engine-job.db"), "--count", "2",
+            ],
+            head.env,
+            timeout=300,
+        )  # fmt: skip
+        assert code == 0, engine_output
+        assert "job-squares-0 completed sum of squares 1..3 = 14" in engine_output
+        assert "job-squares-1 completed sum of squares 1..4 = 30" in engine_output
+        assert "Traceback" not in engine_output
 
         code, output = await _run(
             [sys.executable, "-m", "tests.jobs.second_driver", head.dashboard_url,

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actors._models import SettingsModelResolver, default_model
-from dex_agents_ray import AgentSessionFlow, BuiltInTool, ToolEffect
+from dex_agents_ray import OUTCOME_UNKNOWN_TOOL_RESULT, AgentSessionFlow, BuiltInTool, ToolEffect
 from dex_agents_ray.builtin_loop import (
     AgentDefinition,
     ModelClient,
@@ -127,6 +127,12 @@ def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
             texts = ScriptedModelClient.user_texts(request)
             return _act(f"{texts[-1] if texts else ''} {result.output}", call_suffix="-answered")
         if result.tool_name == "refund_order":
+            if result.output.startswith(OUTCOME_UNKNOWN_TOOL_RESULT):
+                return ScriptedModelReply(
+                    text="I could not confirm the refund: it may or may not have gone "
+                    "through. I will not retry it on my own; please check the payment "
+                    "provider before asking me again."
+                )
             return ScriptedModelReply(text=f"Refund: {result.output}")
         if result.tool_name == "search_orders":
             return ScriptedModelReply(text=f"Orders found: {result.output}")

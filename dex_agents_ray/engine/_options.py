@@ -248,8 +248,9 @@ class ExecutorPoolOptions:
     executor, and that wait counts against neither the Step's timeout nor its
     heartbeat timeout: both start when the call acknowledges its start. Ray
     restarts an executor that dies; its in-flight attempts fail (``NOT_STARTED``
-    before the acknowledgement, ``NOT_COMPLETED`` after). Executors live until
-    ``FlowEngine.stop_hosts``.
+    before the acknowledgement, ``NOT_COMPLETED`` after). An executor past the
+    first ``min_executors`` that has run nothing for ``executor_idle_timeout``
+    drains and exits; the rest live until ``FlowEngine.stop_hosts``.
     """
 
     min_executors: int = 1
@@ -265,6 +266,11 @@ class ExecutorPoolOptions:
     runs before its executor acknowledges the start to the host; one that ends
     sooner sends no acknowledgement (its reply stands for it). Its timeouts
     start at the acknowledgement, so they start at most this much late."""
+    executor_idle_timeout: timedelta | None = timedelta(minutes=5)
+    """How long an executor above ``min_executors`` may run nothing before it
+    drains and exits (``None``: never). A draining executor refuses new calls
+    without starting them and a host sends them elsewhere, so no attempt is
+    spent; the pool grows again under load."""
     local_channel: bool = True
     """Send calls to an executor of the host's own node by a Unix socket (about
     0.1 ms there and back, where a Ray actor call takes over 1 ms) once the first
@@ -299,4 +305,14 @@ class ExecutorPoolOptions:
             raise ValueError(
                 "ExecutorPoolOptions.early_ack_delay must not be negative, "
                 f"got {self.early_ack_delay}"
+            )
+        idle = self.executor_idle_timeout
+        if idle is not None and not isinstance(idle, timedelta):
+            raise TypeError(
+                "ExecutorPoolOptions.executor_idle_timeout must be a timedelta or None, "
+                f"got {type(idle).__name__}"
+            )
+        if idle is not None and idle <= timedelta(0):
+            raise ValueError(
+                f"ExecutorPoolOptions.executor_idle_timeout must be positive, got {idle}"
             )

@@ -78,6 +78,62 @@ async def test_the_first_call_of_a_shape_starts_the_minimum_of_executors(
     assert sorted(s["completed"] for s in stats) == [0, 0, 4]
 
 
+async def test_idle_executors_drain_to_the_floor_and_the_pool_grows_again(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    """Executors above ``min_executors`` that run nothing for the idle timeout drain
+    and exit; the next burst finds the host still holding their handles, sends to
+    them, is refused by their absence, and goes elsewhere: the pool grows again and
+    no attempt is spent."""
+    flow = FanFlow()
+    pool = ExecutorPoolOptions(
+        min_executors=1,
+        max_executors=3,
+        executor_idle_timeout=timedelta(seconds=1),
+        orphan_check=timedelta(milliseconds=200),
+    )
+    engine = await engine_factory([flow], executor_pool=pool)
+
+    async def burst(run_id: str) -> int:
+        # 6 gated calls on executors of 2 slots: all 6 run at once on 3 executors.
+        await engine.client.start_flow(flow, run_id, Fan(str(state_dir), 6, 2, gate=run_id))
+        gates = [FileGate(state_dir, f"{run_id}-{i}") for i in range(6)]
+        for gate in gates:
+            await gate.wait_until_reached(timeout=120)
+        executors = await _count(namespace)
+        for gate in gates:
+            gate.release()
+        result = await engine.client.wait_for_flow(run_id, timeout=120)
+        assert result.status is FlowStatus.COMPLETED
+        assert not [o for o in result.completions[0].decode(list[str]) if ":failed:" in o]
+        return executors
+
+    assert await burst("burst-1") == 3
+    await eventually(lambda: _count(namespace), lambda n: n == 1, timeout=60)
+    assert await burst("burst-2") == 3
+    # The host sent some of burst 2 to the two executors that had ended.
+    assert await engine.host("burst-2").__ray_call__.remote(_redirected) >= 2
+    await eventually(lambda: _count(namespace), lambda n: n == 1, timeout=60)
+
+    calls = InvocationLog(state_dir / "calls.log").entries()
+    assert sorted(calls) == sorted(f"{i}/1" for i in range(6) for _ in range(2))
+    for run_id in ("burst-1", "burst-2"):
+        history = await engine.client.read_step_history(run_id)
+        assert not [h for h in history if h.event == "attempt_failed"]
+
+
+def _redirected(host: Any) -> int:
+    return int(host._pool.redirected)
+
+
+async def _count(namespace: str) -> int:
+    """Executors alive by name (one that is ending may be listed, then gone)."""
+    return sum(
+        a["namespace"] == namespace and a["name"].startswith("dexexec:")
+        for a in ray.util.list_named_actors(all_namespaces=True)
+    )
+
+
 def _collector(_: object) -> tuple[int, int, str]:
     import asyncio
     import gc

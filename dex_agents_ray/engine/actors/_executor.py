@@ -70,6 +70,9 @@ logger = logging.getLogger("dex_agents_ray.engine")
 EXECUTOR_PREFIX = "dexexec:"
 CANCELLED = "cancelled"
 """What ``run`` returns for a call the engine cancelled (timeout, orphan)."""
+DRAINING = "draining"
+"""What ``run`` returns, without starting the call, once the executor drains:
+the host sends the call to another executor (no attempt is spent)."""
 
 AttemptKey = tuple[str, str, int]
 """(flow ID, execution ID, dispatch number): one call, as the host named it. The
@@ -147,8 +150,13 @@ class StepExecutor:
         orphan_check_seconds: float,
         clock_offset: float = 0.0,
         early_ack_seconds: float = _DEFAULT_EARLY_ACK,
+        idle_exit_seconds: float | None = None,
     ) -> None:
         clock.set_offset(clock_offset)
+        self._idle_exit = idle_exit_seconds
+        """Run nothing this long and drain, then exit (``None``: one of the floor)."""
+        self._draining = False
+        self._last_busy = asyncio.get_running_loop().time()
         self._early_ack = early_ack_seconds
         self._namespace = namespace
         """Where the hosts' names live (the actors' namespace, not the job's)."""
@@ -210,6 +218,8 @@ class StepExecutor:
         ``blob_box`` holds the Flow definition's object ref, boxed so that Ray
         does not fetch it for calls whose definition is already loaded.
         """
+        if self._draining:
+            return False, DRAINING, []
         queued = self._slots.locked()
         self._waiting += 1
         try:
@@ -235,6 +245,7 @@ class StepExecutor:
         finally:
             self._running -= 1
             self._completed += 1
+            self._last_busy = asyncio.get_running_loop().time()
             self._slots.release()
 
     async def run_many(self, calls: list[tuple[Any, ...]]) -> list[CallOutcome | None]:
@@ -489,6 +500,27 @@ class StepExecutor:
                 await self.check_orphans()
             except Exception:
                 logger.exception("executor: the orphan check failed")
+            if self._idle_long_enough():
+                await self._drain()
+                return
+
+    def _idle_long_enough(self) -> bool:
+        if self._idle_exit is None or self._running or self._waiting or self._calls:
+            return False
+        return asyncio.get_running_loop().time() - self._last_busy >= self._idle_exit
+
+    async def _drain(self) -> None:
+        """Refuse every call from now on, give the calls already on their way one
+        orphan-check interval to be refused, then end this actor for good (Ray does
+        not restart it; a host that finds its name gone sends elsewhere)."""
+        import ray
+
+        self._draining = True
+        logger.info("executor %s: idle for %.0f s, draining", self._shape, self._idle_exit)
+        await asyncio.sleep(self._orphan_check)  # a grace interval, not a timing guess
+        self._channel.close()
+        run_exit_hooks()
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     async def check_orphans(self) -> int:
         """Cancel calls whose host no longer tracks their attempt; returns how many."""
@@ -543,6 +575,7 @@ class StepExecutor:
             "acks_sent": self._acks_sent,
             "socket_connections": self._channel.connections,
             "socket_calls": self._socket_calls,
+            "draining": self._draining,
         }
 
     async def shutdown(self) -> None:

@@ -7,6 +7,12 @@ or one reported a call that had to wait for a slot, the host starts the next
 one (up to ``ExecutorPoolOptions.max_executors``); the first call of a shape
 starts ``ExecutorPoolOptions.min_executors`` at once. Executors are named, so every host of
 a namespace finds the same ones, and Ray restarts one that dies.
+
+An executor above the floor that ran nothing for ``executor_idle_timeout`` drains:
+it answers ``DRAINING`` to every call without starting it, then ends for good. A
+host that gets that answer, or finds the executor dead and its name gone, forgets
+it and sends the call to another one (starting one if none has a slot): the
+attempt was never started, so none is spent.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
 from dex_agents_ray.engine.actors._channel import Channel, ChannelClosed, open_if_local
 from dex_agents_ray.engine.actors._executor import (
     CANCELLED,
+    DRAINING,
     AttemptKey,
     CallOutcome,
     FrameRecord,
@@ -60,6 +67,7 @@ class _Shape:
     key: str
     concurrency: int
     handles: list[Any] = field(default_factory=list)
+    """By executor index; ``None`` where a drained executor was forgotten."""
     in_flight: list[int] = field(default_factory=list)
     saw_queueing: bool = False
     outgoing: dict[int, list[_Pending]] = field(default_factory=dict)
@@ -91,6 +99,8 @@ class ExecutorPool:
         self._by_text: dict[str, _Shape] = {}
         self._waiting: dict[AttemptKey, _Pending] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.redirected = 0
+        """Attempts sent again because their executor was draining or drained."""
         self._definition_refs: dict[str, Any] = {}
         """Each Flow definition's object ref by key, as sent (for ``definition_box``)."""
 
@@ -98,7 +108,8 @@ class ExecutorPool:
         """Move the clock of every executor this pool knows (a test engine moved it)."""
         for shape in self._shapes.values():
             for handle in shape.handles:
-                handle.set_clock_offset.remote(seconds)
+                if handle is not None:
+                    handle.set_clock_offset.remote(seconds)
 
     def submit(
         self,
@@ -118,25 +129,26 @@ class ExecutorPool:
         ``WorkerCrashedError`` when the executor died.
         """
         shape = self._by_text.get(options_text) or self._shape(options, options_text)
-        index = self._pick(shape)
-        handle = shape.handles[index]
-        shape.in_flight[index] += 1
-        loop = asyncio.get_running_loop()
-        pending = _Pending(attempt_key, args, loop.create_future())
-        batch = shape.outgoing.get(index)
-        if batch is None:
-            batch = shape.outgoing[index] = []
-            loop.call_soon(self._send, shape, index)
-        batch.append(pending)
-        self._waiting[attempt_key] = pending
+        current = [self._enqueue(shape, args, attempt_key)]
 
         async def result() -> Any:
-            try:
-                queued, payload, frames = await pending.reply
-            finally:
-                shape.in_flight[index] -= 1
-                if self._waiting.get(attempt_key) is pending:
-                    del self._waiting[attempt_key]
+            while True:
+                index, handle, pending = current[0]
+                try:
+                    queued, payload, frames = await pending.reply
+                except Exception as error:
+                    if not await self._drained(shape, index, handle, error):
+                        raise
+                    queued, payload, frames = False, DRAINING, []
+                finally:
+                    shape.in_flight[index] -= 1
+                    if self._waiting.get(attempt_key) is pending:
+                        del self._waiting[attempt_key]
+                if payload != DRAINING:
+                    break
+                self._forget(shape, index, handle)
+                self.redirected += 1
+                current[0] = self._enqueue(shape, args, attempt_key)
             if queued:
                 shape.saw_queueing = True
             if frames:
@@ -149,13 +161,66 @@ class ExecutorPool:
 
         def kill() -> None:
             future.add_done_callback(_consume)
+            _, handle, _ = current[0]
             handle.cancel.remote(*attempt_key, args[5])  # args[5]: the host's name
 
         return future, kill
 
+    def _enqueue(
+        self, shape: _Shape, args: tuple[Any, ...], attempt_key: AttemptKey
+    ) -> tuple[int, Any, _Pending]:
+        """Queue one attempt for an executor of ``shape``: its index, handle and reply."""
+        index = self._pick(shape)
+        handle = shape.handles[index]
+        shape.in_flight[index] += 1
+        loop = asyncio.get_running_loop()
+        pending = _Pending(attempt_key, args, loop.create_future())
+        batch = shape.outgoing.get(index)
+        if batch is None:
+            batch = shape.outgoing[index] = []
+            loop.call_soon(self._send, shape, index)
+        batch.append(pending)
+        self._waiting[attempt_key] = pending
+        return index, handle, pending
+
+    async def _drained(self, shape: _Shape, index: int, handle: Any, error: BaseException) -> bool:
+        """Whether ``error`` says the executor ended by draining: it died and its name
+        is gone (Ray keeps the name of one it restarts). A drained executor started
+        none of the calls it got after it began to drain."""
+        import ray
+
+        if handle is not shape.handles[index]:
+            return True  # forgotten meanwhile: another attempt found it drained
+        cause = error.__cause__ if error.__cause__ is not None else error
+        if not _is_death(cause):
+            return False
+        name = executor_name(shape.key, index)
+        try:
+            await asyncio.to_thread(ray.get_actor, name, self._namespace)
+        except ValueError:
+            return True
+        return False
+
+    def _forget(self, shape: _Shape, index: int, handle: Any) -> None:
+        """Drop a drained executor (once; a new one may take its index later)."""
+        if shape.handles[index] is not handle:
+            return
+        logger.info("executor %s:%d drained: its calls go to another one", shape.key, index)
+        shape.handles[index] = None
+        shape.restarting.discard(index)
+        shape.connecting.discard(index)
+        shape.over_ray.discard(index)
+        channel = shape.channels.pop(index, None)
+        if channel is not None:
+            channel.close()
+
     def _send(self, shape: _Shape, index: int) -> None:
         batch = shape.outgoing.pop(index, [])
         if not batch:
+            return
+        if shape.handles[index] is None:  # forgotten this turn: each goes elsewhere
+            for pending in batch:
+                _resolve(pending, ("ok", (False, DRAINING, [])))
             return
         for pending in batch:
             self._definition_refs.setdefault(pending.args[0], pending.args[1][0])
@@ -197,6 +262,9 @@ class ExecutorPool:
     async def _connect(self, shape: _Shape, index: int) -> None:
         """Open the socket of executor ``index`` when it is on this node."""
         handle = shape.handles[index]
+        if handle is None:
+            shape.connecting.discard(index)
+            return
         try:
             try:
                 node, path = await handle.channel.remote()
@@ -269,19 +337,22 @@ class ExecutorPool:
         least busy at the maximum."""
         while len(shape.handles) < self._options.min_executors:
             self._start(shape)
+        live = [i for i, handle in enumerate(shape.handles) if handle is not None]
         if not shape.saw_queueing:
-            for index, count in enumerate(shape.in_flight):
-                if count < shape.concurrency:
+            for index in live:
+                if shape.in_flight[index] < shape.concurrency:
                     return index
-        if len(shape.handles) >= self._options.max_executors:
-            return min(range(len(shape.handles)), key=shape.in_flight.__getitem__)
+        if live and len(live) >= self._options.max_executors:
+            return min(live, key=shape.in_flight.__getitem__)
         shape.saw_queueing = False
-        self._start(shape)
-        return len(shape.handles) - 1
+        return self._start(shape)
 
-    def _start(self, shape: _Shape) -> None:
-        index = len(shape.handles)
+    def _start(self, shape: _Shape) -> int:
+        """Start (or find, by name) the executor of the first free index."""
+        free = [i for i, handle in enumerate(shape.handles) if handle is None]
+        index = free[0] if free else len(shape.handles)
         lifetime: dict[str, str] = {"lifetime": "detached"} if self._detached else {}
+        idle = self._options.executor_idle_timeout
         handle = (
             _remote_executor()
             .options(
@@ -302,10 +373,17 @@ class ExecutorPool:
                 self._options.orphan_check.total_seconds(),
                 clock.offset(),
                 self._options.early_ack_delay.total_seconds(),
+                idle.total_seconds()
+                if idle is not None and index >= self._options.min_executors
+                else None,
             )
         )
-        shape.handles.append(handle)
-        shape.in_flight.append(0)
+        if index == len(shape.handles):
+            shape.handles.append(handle)
+            shape.in_flight.append(0)
+        else:
+            shape.handles[index] = handle
+        return index
 
 
 def _call(handle: Any, batch: list[_Pending]) -> Any:

@@ -37,6 +37,8 @@ proportional set size of every Ray process (hosts, executors, task workers, GCS,
 raylet, agents) at the end of the C=50 job. CPU ms/step is the CPU time of the
 client process (all threads) plus its host and executor actors over the timed
 sessions, divided by their steps (not Ray's own processes); the table shows C=1's.
+A second table splits our rows' CPU per turn by process: the client (this
+job's process), the hosts, the executors.
 The run ends with the fan-out issue's must-meet targets for the headline row,
 computed from this run (a turn's p99 against its median counts the turns of the
 timed sessions, after the warm-up ones), then each framework adapter's figures
@@ -73,6 +75,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.peers.run import PeerJobError, run_job, run_paired  # noqa: E402
+from benchmarks.peers.workload import ROLES  # noqa: E402
 
 FLOORS = ("plain", "pydantic-ai", "openai-agents", "sqlite:full", "sqlite:group")
 PEERS = ("dbos:wal", "langgraph:async", "restate")
@@ -354,9 +357,32 @@ def main(
             f"{_ratio(figure('restate', 1, 'ms_per_step'), ms):>13}"
             f"{_ratio(rate, figure('restate', 50, 'steps_per_s')):>14}"
         )
+    _cpu_by_process(figure, systems, width)
     _targets(figure)
     if any(system in systems for system in ADAPTERS):
         _adapters(figure, systems)
+
+
+def _cpu_by_process(figure: Any, systems: list[str], width: int) -> None:
+    """CPU ms per turn in each process role (client, hosts, executors), so the
+    trend reads across machines whose speed differs: the share of each is
+    comparable where the absolute figures are not."""
+    rows = [s for s in systems if s in OURS and figure(s, 50, "cpu_ms_per_turn_host") is not None]
+    if not rows:
+        return
+    print("\nCPU ms per turn by process (a turn = model + 3 tools + model; hosts and executors")
+    print("summed over the job's actors; C=1 timed sessions, C=50 the whole job)")
+    columns = "".join(f"{f'{role} C={c}':>14}" for c in (1, 50) for role in ROLES)
+    print(f"{'ours':<{width}}{columns}{'total C=50':>12}")
+    for system in rows:
+        cells = "".join(
+            f"{_fmt(figure(system, c, f'cpu_ms_per_turn_{role}')):>14}"
+            for c in (1, 50)
+            for role in ROLES
+        )
+        parts = [figure(system, 50, f"cpu_ms_per_turn_{role}") for role in ROLES]
+        total = sum(p for p in parts if p is not None)
+        print(f"{system:<{width}}{cells}{_fmt(total):>12}")
 
 
 if __name__ == "__main__":

@@ -311,6 +311,22 @@ class DexEngine:
                 pids.append(_pid(handle))
         return pids
 
+    def process_roles(self) -> dict[int, str]:
+        """``{pid: "host" | "executor"}`` of this engine's actors."""
+        roles: dict[int, str] = {}
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] != self._engine.namespace:
+                continue
+            name = actor["name"]
+            role = "executor" if name.startswith("dexexec:") else "host"
+            if name.startswith(("dexrun:", "dexhost:", "dexexec:")):
+                try:
+                    handle = ray.get_actor(name, namespace=actor["namespace"])
+                except ValueError:
+                    continue  # ended meanwhile (an executor that drained)
+                roles[_pid(handle)] = role
+        return roles
+
     def ray_system_processes(self) -> list[int]:
         """PIDs of Ray's own processes on this machine (GCS, raylet, agents, ...)."""
         import psutil  # type: ignore[import-untyped]

@@ -169,6 +169,34 @@ def _cpu_s(helpers: list[int]) -> float:
     return time.process_time() + _process_cpu_s(helpers)
 
 
+ROLES = ("client", "host", "executor")
+"""The processes whose CPU per turn a system that names its roles reports."""
+
+
+def _roles(system: PeerSystem) -> dict[int, str]:
+    """``{pid: role}`` of the system's step-running processes (``process_roles``)."""
+    found: dict[int, str] = getattr(system, "process_roles", dict)()
+    return found
+
+
+def _role_cpu_s(roles: dict[int, str]) -> dict[str, float]:
+    """CPU seconds so far by role: this process is the client."""
+    totals = {role: 0.0 for role in ROLES}
+    totals["client"] = time.process_time()
+    for pid, role in roles.items():
+        totals[role] = totals.get(role, 0.0) + _process_cpu_s([pid])
+    return totals
+
+
+def _per_turn(start: dict[str, float], end: dict[str, float], sessions: int) -> dict[str, float]:
+    """``cpu_ms_per_turn_<role>`` for each role, over ``sessions`` x ``TURNS`` turns."""
+    turns = sessions * TURNS
+    return {
+        f"cpu_ms_per_turn_{role}": (end.get(role, 0.0) - start.get(role, 0.0)) * 1e3 / turns
+        for role in ROLES
+    }
+
+
 async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[str, Any]:
     """Run one job on an open system and return its figures.
 
@@ -188,7 +216,9 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
 
     count = sessions if concurrency == 1 else concurrency
     helpers = _helpers(system)
+    roles = _roles(system)
     cpu_start = _cpu_s(helpers)
+    role_start = _role_cpu_s(roles)
     wall_start = time.perf_counter()
     if concurrency == 1:
         for i in range(count):
@@ -198,7 +228,12 @@ async def measure(system: PeerSystem, concurrency: int, sessions: int) -> dict[s
     wall = time.perf_counter() - wall_start
     helpers = sorted(set(helpers) | set(_helpers(system)))
     cpu = _cpu_s(helpers) - cpu_start
-    return _figures(system, concurrency, latencies, wall, cpu, helpers, rss_after_warmup)
+    figures = _figures(system, concurrency, latencies, wall, cpu, helpers, rss_after_warmup)
+    if roles or _roles(system):
+        # Processes started during the job (an executor the pool added) count from 0.
+        roles = {**roles, **_roles(system)}
+        figures.update(_per_turn(role_start, _role_cpu_s(roles), count))
+    return figures
 
 
 async def measure_paced(
@@ -220,17 +255,27 @@ async def measure_paced(
     latencies: list[float] = []
     cpu = 0.0
     helpers = _helpers(system)
+    roles = _roles(system)
+    by_role = {role: 0.0 for role in ROLES}
     while await next_command() == "go":
         cpu_start = _cpu_s(helpers)
+        role_start = _role_cpu_s(roles)
         start = time.perf_counter()
         await system.session(f"s-{len(latencies)}")
         latencies.append(time.perf_counter() - start)
         cpu += _cpu_s(helpers) - cpu_start
+        role_end = _role_cpu_s(roles)
+        for role in ROLES:
+            by_role[role] += role_end[role] - role_start[role]
         report({"session_ms": latencies[-1] * 1e3})
     if not latencies:
         raise ValueError("a paced job ended before its first timed session")
     helpers = sorted(set(helpers) | set(_helpers(system)))
-    return _figures(system, 1, latencies, sum(latencies), cpu, helpers, rss_after_warmup)
+    figures = _figures(system, 1, latencies, sum(latencies), cpu, helpers, rss_after_warmup)
+    if roles:
+        zero = {role: 0.0 for role in ROLES}
+        figures.update(_per_turn(zero, by_role, len(latencies)))
+    return figures
 
 
 def _figures(

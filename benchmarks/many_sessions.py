@@ -63,7 +63,7 @@ async def _fill(store: Any, count: int, flow_type: str, flow_hash: str, now: flo
 
     async def one(i: int) -> None:
         flow_id = f"stored-{i:07d}"
-        epoch, _ = await store.activate(flow_id)
+        epoch, _ = await store.runs.activate(flow_id)
         waiting = "AwaitToolApproval" if i % (count // APPROVALS) == 0 else "AwaitUserMessage"
         record = RunRecord(
             flow_id=flow_id,
@@ -75,9 +75,9 @@ async def _fill(store: Any, count: int, flow_type: str, flow_hash: str, now: flo
             started_at=now,
             active_step_types=[waiting],
         )
-        await store.commit(Commit(flow_id=flow_id, epoch=epoch, run=record))
+        await store.runs.commit(Commit(flow_id=flow_id, epoch=epoch, run=record))
         wake_at = now + 3600 + i if i % 10 == 0 else None
-        await store.passivate(flow_id, epoch, wake_at)
+        await store.passivation.passivate(flow_id, epoch, wake_at)
 
     for start in range(0, count, FILL_BATCH):
         await asyncio.gather(*(one(i) for i in range(start, min(count, start + FILL_BATCH))))
@@ -137,7 +137,7 @@ async def _measure(location: str, size: int, repeat: int) -> dict[str, float]:
         for session_id in real:
             await run_session(sessions, session_id)
         for _ in range(600):  # until every real session has left memory
-            passivated = await engine.store.passivated_count()
+            passivated = await engine.store.passivation.passivated_count()
             if passivated >= size + REAL_SESSIONS:
                 break
             await asyncio.sleep(0.1)
@@ -151,11 +151,11 @@ async def _measure(location: str, size: int, repeat: int) -> dict[str, float]:
         hits = await engine.client.search_flows(query, 50)
         assert len(hits.flows) == 50, len(hits.flows)
         later = time.time() + 3600 + size  # every timer of the filled runs is due
-        due = await engine.store.due_passivated(later)
+        due = await engine.store.passivation.due_passivated(later)
 
         async def scheduler_read() -> None:
-            await engine.store.due_passivated(later)
-            await engine.store.next_passivated_wake()
+            await engine.store.passivation.due_passivated(later)
+            await engine.store.passivation.next_passivated_wake()
 
         timers = await _median_ms(scheduler_read, max(3, repeat // 4))
         return {

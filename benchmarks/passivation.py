@@ -58,7 +58,7 @@ async def main(idle_sessions: int, placement: str) -> None:
         for chunk in range(0, len(ids), 100):
             await asyncio.gather(*(sessions.start_session(i) for i in ids[chunk : chunk + 100]))
         started = time.perf_counter() - start
-        while await engine.store.passivated_count() < len(ids):  # noqa: ASYNC110
+        while await engine.store.passivation.passivated_count() < len(ids):  # noqa: ASYNC110
             await asyncio.sleep(0.2)
         resident = _session_actors()
         latencies = []

@@ -113,8 +113,8 @@ async def _measure(sessions: int) -> dict[str, Any]:
             for i in range(2):
                 await dex_engine.run_session(system.sessions, f"warm-{i}")
             client._call = _counting(calls, lambda *a, **k: str(a[1]), client._call)
-            engine.store.read_stream = _counting(
-                reads, lambda *a, **k: "read_stream", engine.store.read_stream
+            engine.store.streams.read_stream = _counting(
+                reads, lambda *a, **k: "read_stream", engine.store.streams.read_stream
             )
             turn_ms: list[float] = []
             events: list[int] = []

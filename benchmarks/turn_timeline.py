@@ -87,13 +87,13 @@ def install() -> None:
         return
     from dex_agents_ray.engine.actors import _executor, _host, _pool
     from dex_agents_ray.engine.run import _driver
-    from dex_agents_ray.engine.store import _sqlite
+    from dex_agents_ray.engine.store import _sqlite_db
 
     _wrap(_host.FlowHost, "invoke_rpc", lambda self, flow_id, rpc, *a, **k: f"rpc {rpc}")
     _wrap(_host.FlowHost, "wait_streams", lambda *a, **k: "poll")
     _wrap(_driver.RunDriver, "_run_execute", lambda self, record: f"exec {record.step_type}")
     _wrap(_driver.RunDriver, "commit", lambda *a, **k: "commit")
-    _wrap(_sqlite.SqliteFlowStore, "_write_queued", lambda *a, **k: "store write")
+    _wrap(_sqlite_db.SqliteDatabase, "_write_queued", lambda *a, **k: "store write")
     _wrap(_pool.ExecutorPool, "_send", lambda *a, **k: "send tools")
     _wrap(_pool, "_settle_many", lambda *a, **k: "tool reply")
     _wrap(_pool, "_settle_one", lambda *a, **k: "tool reply")

@@ -27,19 +27,6 @@ MAX_FUNCTION_LINES = 80
 """From the first decorator to the last line, docstring included."""
 
 METHODS_ALLOWED: dict[str, tuple[int, str]] = {
-    "engine/actors/_host.py::FlowHost": (
-        46,
-        "one method per host call Ray dispatches by name; split by concern is issue 46 item 3",
-    ),
-    "engine/store/_sqlite.py::SqliteFlowStore": (
-        46,
-        "the FlowStore Protocol's methods and the write queue; split by concern "
-        "(runs, streams, channels, retention) is issue 46 item 3",
-    ),
-    "engine/store/_postgres.py::PostgresFlowStore": (
-        36,
-        "the FlowStore Protocol's methods; split by concern is issue 46 item 3",
-    ),
     "mcp/_source.py::McpToolSource": (
         31,
         "the tool-source contract plus the connection's lifecycle; the session front's part 2",

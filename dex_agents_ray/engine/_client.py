@@ -433,7 +433,7 @@ class EngineClient:
         if flow_id in self._known_runs:
             self._known_runs.move_to_end(flow_id)
             return
-        if await self._engine.store.get_run(_require_id(flow_id)) is None:
+        if await self._engine.store.runs.get_run(_require_id(flow_id)) is None:
             raise service_error(
                 FlowNotActiveOrNotFoundError,
                 f"flow {flow_id!r} does not exist",
@@ -450,7 +450,7 @@ class EngineClient:
             self._known_runs.popitem(last=False)
 
     async def _run(self, flow_id: str, operation: str) -> RunRecord:
-        run = await self._engine.store.get_run(_require_id(flow_id))
+        run = await self._engine.store.runs.get_run(_require_id(flow_id))
         if run is None:
             raise _not_found(flow_id, operation)
         return run
@@ -485,7 +485,7 @@ class EngineClient:
                     flow_id,
                 )
             run = await self._run(flow_id, "WaitForFlow")
-        completions = await self._engine.store.completions(flow_id)
+        completions = await self._engine.store.runs.completions(flow_id)
         decode = self._decode_output
         return FlowResult(
             _dex_status(run.status),
@@ -533,7 +533,7 @@ class EngineClient:
         flow_type, step_type, rest = _indexed(terms)
         # Only a query the store's indexes answer whole can stop at the page's end.
         limit = offset + page_size + 1 if not rest else None
-        candidates = await self._engine.store.list_runs(
+        candidates = await self._engine.store.runs.list_runs(
             flow_type=flow_type, active_step_type=step_type, limit=limit
         )
         hits = [run for run in candidates if predicate(_fields(run))]
@@ -572,7 +572,7 @@ class EngineClient:
                 step_type=h.exec_id.rpartition("-")[0],
                 final_attempt=_attempt_of(h.detail),
             )
-            for h in await self._engine.store.history(flow_id)
+            for h in await self._engine.store.runs.history(flow_id)
         ]
 
     # -- streams -----------------------------------------------------------------------
@@ -597,7 +597,7 @@ class EngineClient:
             del self._live_tails[position]
             records = []  # the host answers at once if more came meanwhile
         if records is None:
-            records = await self._engine.store.read_stream(
+            records = await self._engine.store.streams.read_stream(
                 _require_id(flow_id), stream.name, after, READ_AHEAD
             )
         while True:
@@ -646,7 +646,9 @@ class EngineClient:
             if before_page_token
             else None
         )
-        records = await self._engine.store.list_stream(flow_id, stream.name, before, page_size + 1)
+        records = await self._engine.store.streams.list_stream(
+            flow_id, stream.name, before, page_size + 1
+        )
         page = records[:page_size]
         return StreamMessagesPage(
             messages=[self._stream_message(flow_id, stream, r) for r in page],

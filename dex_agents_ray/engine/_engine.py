@@ -228,7 +228,7 @@ async def _store_definitions(
         _resolve_annotations(flow)
         blob: bytes = cloudpickle.dumps((flow, codec_registry))  # type: ignore[no-untyped-call]
         flow_hash = hashlib.sha256(blob).hexdigest()[:32]
-        await store.put_flow_definition(flow.get_flow_type(), flow_hash, blob)
+        await store.definitions.put(flow.get_flow_type(), flow_hash, blob)
         hashes[flow.get_flow_type()] = flow_hash
     return hashes
 
@@ -386,7 +386,7 @@ class FlowEngine:
         config = _store_config(options.store)
         flow_store = open_store(config)
         await flow_store.open()
-        _clock.follow_offset(await flow_store.clock_offset())
+        _clock.follow_offset(await flow_store.clock.offset())
         hashes = await _store_definitions(flow_store, flows, options.codec_registry)
         engine = cls(
             flows=flows,
@@ -458,7 +458,7 @@ class FlowEngine:
 
     async def resume_runs(self) -> int:
         """Make sure every run with work in flight has a host; returns how many."""
-        flow_ids = await self.store.runs_with_work()
+        flow_ids = await self.store.runs.runs_with_work()
         for flow_id in flow_ids:
             await self.host(flow_id).ready.remote()
         return len(flow_ids)
@@ -487,8 +487,8 @@ class FlowEngine:
             raise ValueError(f"advance_clock: the clock never goes back ({delta})")
         import ray
 
-        seconds = await self.store.clock_offset() + delta.total_seconds()
-        await self.store.set_clock_offset(seconds)
+        seconds = await self.store.clock.offset() + delta.total_seconds()
+        await self.store.clock.set_offset(seconds)
         _clock.set_offset(seconds)
         prefixes = ("dexhost:", "dexrun:", "dexexec:", SCHEDULER_NAME)
         calls: list[Any] = []

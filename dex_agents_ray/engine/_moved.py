@@ -1,6 +1,6 @@
 """The engine's module paths from before its sub-packages, kept for stored pickles.
 
-A store keeps every Flow definition pickled (``FlowStore.put_flow_definition``),
+A store keeps every Flow definition pickled (``FlowStore.definitions.put``),
 and a pickle names each class and function it holds by module path: a store
 written before the engine's modules moved into ``sdk/``, ``store/``, ``run/``
 and ``actors/`` may name ``dex_agents_ray.engine._options``'s neighbours by

@@ -224,13 +224,13 @@ async def test_a_flow_id_the_client_saw_run_is_not_looked_up_again(engine_factor
     engine, flow = await _engine(engine_factory)
     await _held(engine, flow, "seen")
     lookups: list[str] = []
-    get_run = engine.store.get_run
+    get_run = engine.store.runs.get_run
 
     async def counted(flow_id: str) -> Any:
         lookups.append(flow_id)
         return await get_run(flow_id)
 
-    engine.store.get_run = counted
+    engine.store.runs.get_run = counted
     assert await engine.client.invoke_rpc(flow.set_owner, "seen", "ada") == "ada"
     assert await engine.client.invoke_rpc(flow.set_owner, "seen", "bob") == "bob"
     assert lookups == []  # started by this client: it exists

@@ -149,12 +149,12 @@ async def test_store_refuses_a_commit_from_an_old_epoch(tmp_path: Path) -> None:
     store = SqliteFlowStore(SqliteStoreConfig(path=str(tmp_path / "s.db")))
     await store.open()
     try:
-        first, _ = await store.activate("run-a")
-        second, _ = await store.activate("run-a")
+        first, _ = await store.runs.activate("run-a")
+        second, _ = await store.runs.activate("run-a")
         assert second == first + 1
-        await store.commit(Commit(flow_id="run-a", epoch=second))
+        await store.runs.commit(Commit(flow_id="run-a", epoch=second))
         try:
-            await store.commit(Commit(flow_id="run-a", epoch=first))
+            await store.runs.commit(Commit(flow_id="run-a", epoch=first))
         except StaleEpochError as error:
             assert error.current == second
         else:

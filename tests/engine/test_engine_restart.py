@@ -64,7 +64,7 @@ async def _assert_work_ran_again_once(engine: Any, state_dir: Path, flow_id: str
     assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1", "Work-1/2"]
     firsts = InvocationLog(state_dir / "first.log").entries()
     assert len(firsts) == 2 and len(set(firsts)) == 1  # attempt 2 kept first_attempt_at
-    history = await engine.store.history(flow_id)
+    history = await engine.store.runs.history(flow_id)
     assert [(h.exec_id, h.event, h.detail.get("attempt")) for h in history] == [
         ("", "flow_started", None),
         ("Begin-1", "step_scheduled", None),
@@ -98,7 +98,7 @@ async def test_a_new_engine_resumes_a_run_with_a_step_in_flight_by_itself(
     engine = await engine_factory([flow])  # resume=True: the default
 
     async def completed() -> bool:  # the store only: no client call touches the run
-        run = await engine.store.get_run(flow_id)
+        run = await engine.store.runs.get_run(flow_id)
         return run is not None and run.status.value == "completed"
 
     await until(completed, "the run's completion after the restart", timeout=90)
@@ -117,10 +117,10 @@ async def test_without_resume_the_run_waits_for_a_client_call(
 
     # Nothing hosts the run, so nothing can run it: no actor, no new history.
     assert named_actors(namespace) == []
-    run = await engine.store.get_run("restart-lazy")
+    run = await engine.store.runs.get_run("restart-lazy")
     assert run is not None and run.status.value == "running"
     assert run.active_step_types == ["Work"]
-    history = await engine.store.history("restart-lazy")
+    history = await engine.store.runs.history("restart-lazy")
     assert _events(history, "Work-1", "attempt_failed") == []
     assert InvocationLog(state_dir / "work.log").entries() == ["Work-1/1"]
 

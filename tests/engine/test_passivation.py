@@ -21,7 +21,7 @@ IDLE = timedelta(seconds=1)
 
 async def _passivated(engine: Any, namespace: str, host: str | None) -> None:
     async def gone() -> bool:
-        count = await engine.store.passivated_count()
+        count = await engine.store.passivation.passivated_count()
         return count == 1 and (host is None or host not in named_actors(namespace))
 
     await until(gone, "passivation")
@@ -40,7 +40,7 @@ async def test_waiting_run_leaves_its_process_and_a_client_call_brings_it_back(
     result = await engine.client.wait_for_flow("idle-1", timeout=60)
 
     assert result.completions[0].decode(dict[str, Any]) == {"timer_fired": False, "woke": ["back"]}
-    assert await engine.store.passivated_count() == 0
+    assert await engine.store.passivation.passivated_count() == 0
 
 
 async def test_durable_timer_fires_while_passivated(engine_factory: Any, namespace: str) -> None:
@@ -50,7 +50,7 @@ async def test_durable_timer_fires_while_passivated(engine_factory: Any, namespa
     await _passivated(engine, namespace, "dexrun:idle-2")
 
     async def completed() -> bool:  # read the store only: no client call may wake it
-        run = await engine.store.get_run("idle-2")
+        run = await engine.store.runs.get_run("idle-2")
         return bool(run is not None and run.status.value == "completed")
 
     await until(completed, "the scheduler's activation")
@@ -83,10 +83,10 @@ async def test_a_run_with_a_client_call_in_progress_stays(
     engine = await engine_factory([flow], passivate_after=IDLE, placement="shared", shared_hosts=1)
 
     async def passivated() -> list[str]:  # the store only: every run here has a timer
-        return list(await engine.store.due_passivated(time.time() + 10 * 3600))
+        return list(await engine.store.passivation.due_passivated(time.time() + 10 * 3600))
 
     async def waiting(flow_id: str) -> bool:
-        history = await engine.store.history(flow_id)
+        history = await engine.store.runs.history(flow_id)
         return any(h.exec_id == "AwaitTimer-1" and h.event == "wait_for_completed" for h in history)
 
     await engine.client.start_flow(flow, "busy", TimerJob(seconds=3600))

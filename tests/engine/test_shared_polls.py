@@ -164,16 +164,18 @@ async def test_the_hosts_side_answers_each_position_that_has_records(tmp_path: P
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
         epochs = {}
         for flow_id in ("a", "b", "c"):
-            epochs[flow_id], _ = await store.activate(flow_id)
-            await store.commit(Commit(flow_id=flow_id, epoch=epochs[flow_id], run=run(flow_id)))
+            epochs[flow_id], _ = await store.runs.activate(flow_id)
+            await store.runs.commit(
+                Commit(flow_id=flow_id, epoch=epochs[flow_id], run=run(flow_id))
+            )
         # "c" has a record this host never saw: the poll reads it from the store.
-        await store.append_stream(
+        await store.streams.append_stream(
             "c", "events", "elsewhere", _write("c1").value.SerializeToString(), 0
         )
-        streams = StreamBuffer(store, linger=60.0)
+        streams = StreamBuffer(store.streams, linger=60.0)
         positions = [("a", "events", 0), ("b", "events", 0), ("c", "events", 0)]
         assert await streams.wait_many(positions, 10, 30.0) == [
-            (2, await store.read_stream("c", "events", 0, 10))
+            (2, await store.streams.read_stream("c", "events", 0, 10))
         ]
         poll = asyncio.ensure_future(streams.wait_many(positions[:2], 10, 30.0))
         await asyncio.sleep(0)
@@ -182,7 +184,7 @@ async def test_the_hosts_side_answers_each_position_that_has_records(tmp_path: P
             streams.write(flow_id, "events", "#X-1", _write(text))
             commit = Commit(flow_id=flow_id, epoch=epochs[flow_id], history=[entry("X-1", text)])
             commit.stream_appends = streams.take(flow_id)
-            streams.written(flow_id, commit.stream_appends, await store.commit(commit))
+            streams.written(flow_id, commit.stream_appends, await store.runs.commit(commit))
 
         await commit_write("b", "b1")
         answered = await poll

@@ -172,7 +172,7 @@ async def test_stream_offsets_go_on_across_runs_of_a_flow_id_and_reads_ahead_sta
     client = engine.client
     await client.start_flow(flow, "again", 3)
     await eventually(
-        lambda: engine.store.read_stream("again", Events.name, 0, 10), lambda r: len(r) == 3
+        lambda: engine.store.streams.read_stream("again", Events.name, 0, 10), lambda r: len(r) == 3
     )
     first = await client.read_stream("again", Events, "", timeout=30)  # reads ahead g1, g2
     assert (first.value, _offset(first.resume_token)) == ("g0", 1)
@@ -255,13 +255,13 @@ async def test_a_reader_at_the_tail_a_long_poll_gave_polls_the_host_without_a_st
     assert late.value == "late"
 
     store_reads: list[int] = []
-    read = engine.store.read_stream
+    read = engine.store.streams.read_stream
 
     async def counted_read(*args: Any, **kwargs: Any) -> Any:
         store_reads.append(args[2])
         return await read(*args, **kwargs)
 
-    engine.store.read_stream = counted_read
+    engine.store.streams.read_stream = counted_read
     with pytest.raises(LongPollTimeoutError):
         await client.read_stream("tail", Events, late.resume_token, timeout=1)
     assert store_reads == []  # straight back to the host's long poll

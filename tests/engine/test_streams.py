@@ -26,10 +26,10 @@ def _texts(records: list[object]) -> list[str]:
 
 async def test_writes_ride_the_next_commit_and_long_polls_get_them(tmp_path: Path) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
         # A long linger: only the commit can have written them.
-        streams = StreamBuffer(store, linger=60.0)
+        streams = StreamBuffer(store.streams, linger=60.0)
         poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
         await asyncio.sleep(0)
         streams.write("a", "events", "#X-1", _write("one"))
@@ -39,10 +39,10 @@ async def test_writes_ride_the_next_commit_and_long_polls_get_them(tmp_path: Pat
         assert streams.take("a") == []
         commit = Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "done")])
         commit.stream_appends = taken
-        offsets = await store.commit(commit)
+        offsets = await store.runs.commit(commit)
         streams.written("a", taken, offsets)
         assert _texts(await poll) == ["one", "two"]
-        assert [r.offset for r in await store.read_stream("a", "events", 0, 10)] == [1, 2]
+        assert [r.offset for r in await store.streams.read_stream("a", "events", 0, 10)] == [1, 2]
         # Served from the tail: a read past the newest waits, one inside it does not.
         assert _texts(await streams.wait("a", "events", 1, 10, 0.0)) == ["two"]
         assert await streams.wait("a", "events", 2, 10, 0.0) == []
@@ -51,12 +51,12 @@ async def test_writes_ride_the_next_commit_and_long_polls_get_them(tmp_path: Pat
 
 async def test_a_write_no_commit_takes_is_appended_alone(tmp_path: Path) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
-        streams = StreamBuffer(store, linger=0.001)
+        streams = StreamBuffer(store.streams, linger=0.001)
         poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
         await asyncio.sleep(0)
         streams.write("a", "events", "rpc", _write("alone"))
         assert _texts(await poll) == ["alone"]
-        assert _texts(await store.read_stream("a", "events", 0, 10)) == ["alone"]
+        assert _texts(await store.streams.read_stream("a", "events", 0, 10)) == ["alone"]
         streams.close()
 
 
@@ -65,7 +65,7 @@ async def test_a_busy_runs_write_waits_for_its_commit_up_to_the_busy_linger(
 ) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
         busy = True
-        streams = StreamBuffer(store, linger=0.001, busy=lambda _: busy, busy_linger=60.0)
+        streams = StreamBuffer(store.streams, linger=0.001, busy=lambda _: busy, busy_linger=60.0)
         checks: list[asyncio.Future[None]] = []
         due = streams._due
 
@@ -92,22 +92,22 @@ async def test_a_busy_runs_write_is_appended_alone_after_the_busy_linger(
     tmp_path: Path,
 ) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
-        streams = StreamBuffer(store, linger=0.001, busy=lambda _: True, busy_linger=0.002)
+        streams = StreamBuffer(store.streams, linger=0.001, busy=lambda _: True, busy_linger=0.002)
         poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
         await asyncio.sleep(0)
         streams.write("a", "events", "#X-1", _write("streamed"))
         assert _texts(await poll) == ["streamed"]
-        assert _texts(await store.read_stream("a", "events", 0, 10)) == ["streamed"]
+        assert _texts(await store.streams.read_stream("a", "events", 0, 10)) == ["streamed"]
         streams.close()
 
 
 async def test_a_gap_or_a_forgotten_run_falls_back_to_the_store(tmp_path: Path) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
         for text in ("a1", "a2", "a3"):
-            await store.append_stream(
+            await store.streams.append_stream(
                 "a", "events", "other-host", _write(text).value.SerializeToString(), 0
             )
-        streams = StreamBuffer(store)
+        streams = StreamBuffer(store.streams)
         # This host saw only offset 3: a poll from 0 reads the store, not the tail.
         appended = StreamAppend(
             stream="events",
@@ -136,7 +136,7 @@ async def _commit_write(store: object, streams: StreamBuffer, epoch: int, text: 
     streams.write("a", "events", "#X-1", _write(text))
     commit = Commit(flow_id="a", epoch=epoch, history=[entry("X-1", text)])
     commit.stream_appends = streams.take("a")
-    offsets = await store.commit(commit)  # type: ignore[attr-defined]
+    offsets = await store.runs.commit(commit)  # type: ignore[attr-defined]
     streams.written("a", commit.stream_appends, offsets)
 
 
@@ -144,10 +144,10 @@ async def test_a_long_poll_of_a_busy_run_gathers_its_burst_until_it_settles(
     tmp_path: Path,
 ) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
         busy = True
-        streams = StreamBuffer(store, linger=60.0, busy=lambda _: busy, batch_window=60.0)
+        streams = StreamBuffer(store.streams, linger=60.0, busy=lambda _: busy, batch_window=60.0)
         poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
         await asyncio.sleep(0)
         await _commit_write(store, streams, epoch, "one")
@@ -166,9 +166,9 @@ async def test_a_long_poll_of_a_busy_run_gathers_its_burst_until_it_settles(
 
 async def test_a_long_poll_answers_after_the_window_or_at_its_limit(tmp_path: Path) -> None:
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
-        streams = StreamBuffer(store, linger=60.0, busy=lambda _: True, batch_window=0.2)
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        streams = StreamBuffer(store.streams, linger=60.0, busy=lambda _: True, batch_window=0.2)
         poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
         await asyncio.sleep(0)
         await _commit_write(store, streams, epoch, "one")
@@ -181,14 +181,14 @@ async def test_a_long_poll_answers_after_the_window_or_at_its_limit(tmp_path: Pa
         await _commit_write(store, streams, epoch, "four")
         assert _texts(await poll) == ["two", "three"]  # the limit ends it first
         # The poll's own timeout bounds the gathering too.
-        patient = StreamBuffer(store, busy=lambda _: True, batch_window=60.0)
+        patient = StreamBuffer(store.streams, busy=lambda _: True, batch_window=60.0)
         assert _texts(await asyncio.wait_for(patient.wait("a", "events", 2, 10, 0.0), 10)) == [
             "three",
             "four",
         ]
         patient.close()
         # A zero window answers at once, busy or not.
-        unbatched = StreamBuffer(store, busy=lambda _: True, batch_window=0.0)
+        unbatched = StreamBuffer(store.streams, busy=lambda _: True, batch_window=0.0)
         assert _texts(await unbatched.wait("a", "events", 3, 10, 30.0)) == ["four"]
         unbatched.close()
         streams.close()

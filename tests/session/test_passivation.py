@@ -43,7 +43,7 @@ async def _passivated(engine: Any, namespace: str, session_id: str) -> int:
     host = f"dexrun:{session_id}"
 
     async def gone() -> bool:
-        if await engine.store.passivated_count() != 1:
+        if await engine.store.passivation.passivated_count() != 1:
             return False
         return engine.placement.mode.value == "shared" or host not in named_actors(namespace)
 
@@ -52,14 +52,14 @@ async def _passivated(engine: Any, namespace: str, session_id: str) -> int:
         assert named_actors(namespace) == [SCHEDULER_NAME]  # no session actor is resident
     else:
         assert named_actors(namespace) == sorted([SCHEDULER_NAME, "dexhost:0"])
-    run = await engine.store.get_run(session_id)
+    run = await engine.store.runs.get_run(session_id)
     assert run is not None and run.status.value == "running"
     return int(run.epoch)
 
 
 async def _reactivated(engine: Any, session_id: str, passivated_epoch: int) -> None:
     """The session came back: an activation took a new ownership epoch."""
-    run = await engine.store.get_run(session_id)
+    run = await engine.store.runs.get_run(session_id)
     assert run is not None and run.epoch > passivated_epoch
 
 
@@ -78,7 +78,7 @@ async def test_an_idle_session_leaves_memory_and_a_user_message_brings_it_back(
     await sessions.start_session("p-msg", "hello")
     await snapshot_when(sessions, "p-msg", turn_done(1))
     epoch = await _passivated(engine, namespace, "p-msg")
-    run = await engine.store.get_run("p-msg")
+    run = await engine.store.runs.get_run("p-msg")
     assert run is not None and run.active_step_types == ["AwaitUserMessage"]
 
     assert await sessions.send_user_message("p-msg", "look it up")
@@ -107,7 +107,7 @@ async def test_a_session_waiting_for_an_approval_leaves_memory_and_the_approval_
     await sessions.start_session("p-approval", "refund")
     await snapshot_when(sessions, "p-approval", has_interrupt, description="an approval")
     epoch = await _passivated(engine, namespace, "p-approval")
-    run = await engine.store.get_run("p-approval")
+    run = await engine.store.runs.get_run("p-approval")
     assert run is not None and "AwaitToolApproval" in run.active_step_types
     assert InvocationLog(state_dir / "refund.log").entries() == []
 
@@ -136,7 +136,7 @@ async def test_a_session_waiting_for_an_answer_leaves_memory_and_the_answer_brin
     await sessions.start_session("p-question", "ask")
     await snapshot_when(sessions, "p-question", has_interrupt, description="a question")
     epoch = await _passivated(engine, namespace, "p-question")
-    run = await engine.store.get_run("p-question")
+    run = await engine.store.runs.get_run("p-question")
     assert run is not None and "AwaitQuestionAnswer" in run.active_step_types
 
     assert await sessions.answer_question("p-question", "q1", "blue")
@@ -161,13 +161,13 @@ async def test_a_durable_wait_fires_while_the_session_is_passivated(
     await sessions.start_session("p-timer", "wait")
     # From here on, only the store and Ray are read: a client call would wake the session.
     epoch = await _passivated(engine, namespace, "p-timer")
-    run = await engine.store.get_run("p-timer")
+    run = await engine.store.runs.get_run("p-timer")
     assert run is not None and "AwaitTimer" in run.active_step_types
 
     async def turn_completed() -> bool:
-        history = await engine.store.history("p-timer")
+        history = await engine.store.runs.history("p-timer")
         fired = any(h.exec_id == "AwaitTimer-1" and h.event == "step_completed" for h in history)
-        run = await engine.store.get_run("p-timer")
+        run = await engine.store.runs.get_run("p-timer")
         return fired and run is not None and run.active_step_types == ["AwaitUserMessage"]
 
     await until(turn_completed, "the scheduler's activation and the end of the turn")

@@ -84,13 +84,13 @@ async def test_the_scheduler_wakes_a_passivated_session_when_the_clock_moves(
     await sessions.start_session("s-1", "later")
 
     async def passivated() -> bool:
-        return await engine.store.passivated_count() == 1
+        return await engine.store.passivation.passivated_count() == 1
 
     await until(passivated, "passivation of s-1")
     await engine.advance_clock(YEAR)
 
     async def awake() -> bool:
-        return await engine.store.passivated_count() == 0
+        return await engine.store.passivation.passivated_count() == 0
 
     await until(awake, "the scheduler's wake of s-1")
     done = await snapshot_when(sessions, "s-1", turn_done(1))

@@ -13,7 +13,7 @@ from tests.stores.records import completion, entry, opened, run
 
 async def _commit_outcome(store: FlowStore, commit: Commit) -> StaleEpochError | None:
     try:
-        await store.commit(commit)
+        await store.runs.commit(commit)
     except StaleEpochError as refused:
         return refused
     return None
@@ -21,7 +21,9 @@ async def _commit_outcome(store: FlowStore, commit: Commit) -> StaleEpochError |
 
 async def test_racing_owners_leave_one_winning_epoch(backend: Backend) -> None:
     async with opened(backend.config) as first, opened(backend.config) as second:
-        (epoch_a, _), (epoch_b, _) = await asyncio.gather(first.activate("a"), second.activate("a"))
+        (epoch_a, _), (epoch_b, _) = await asyncio.gather(
+            first.runs.activate("a"), second.runs.activate("a")
+        )
         assert {epoch_a, epoch_b} == {1, 2}
 
         outcomes = await asyncio.gather(
@@ -32,17 +34,17 @@ async def test_racing_owners_leave_one_winning_epoch(backend: Backend) -> None:
         winner = "A" if epoch_a == 2 else "B"
         refused = [o for o in outcomes if o is not None]
         assert len(refused) == 1 and refused[0].current == 2
-        found = await first.get_run("a")
+        found = await first.runs.get_run("a")
         assert found is not None and (found.run_id, found.epoch) == (winner, 2)
 
 
 async def test_no_commit_of_the_old_owner_lands_after_a_take_over(backend: Backend) -> None:
     async with opened(backend.config) as old, opened(backend.config) as new:
-        epoch, _ = await old.activate("a")
-        await old.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch, _ = await old.runs.activate("a")
+        await old.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
 
         async def take_over() -> tuple[int, LoadedRun | None]:
-            return await new.activate("a")
+            return await new.runs.activate("a")
 
         commits = [
             _commit_outcome(
@@ -58,17 +60,17 @@ async def test_no_commit_of_the_old_owner_lands_after_a_take_over(backend: Backe
         assert all(o.current == new_epoch for o in outcomes if o is not None)
         # Whatever landed, the new owner loaded; nothing landed after it.
         assert len(loaded.completions) == len(landed)
-        assert await new.completions("a") == loaded.completions
+        assert await new.runs.completions("a") == loaded.completions
 
 
 async def test_concurrent_commits_of_the_owner_all_apply_in_sequence(backend: Backend) -> None:
     async with opened(backend.config) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
 
         await asyncio.gather(
             *(
-                store.commit(
+                store.runs.commit(
                     Commit(
                         flow_id="a",
                         epoch=epoch,
@@ -81,10 +83,10 @@ async def test_concurrent_commits_of_the_owner_all_apply_in_sequence(backend: Ba
             )
         )
 
-        completions = await store.completions("a")
+        completions = await store.runs.completions("a")
         assert sorted(c.exec_id for c in completions) == sorted(f"W-{i}" for i in range(20))
-        history = await store.history("a")
+        history = await store.runs.history("a")
         # Each commit's completion and history entry keep the same relative order.
         assert [h.exec_id for h in history] == [c.exec_id for c in completions]
-        _, loaded = await store.activate("a")
+        _, loaded = await store.runs.activate("a")
         assert loaded is not None and len(loaded.attributes) == 20

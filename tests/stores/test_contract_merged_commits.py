@@ -80,7 +80,7 @@ def _second(fid: str, epoch: int) -> Commit:
 
 
 async def _contents(store: FlowStore, fid: str) -> dict[str, Any]:
-    _, loaded = await store.activate(fid)
+    _, loaded = await store.runs.activate(fid)
     assert loaded is not None
     return {
         "run": (loaded.run.active_step_types, loaded.run.counters, loaded.run.next_message_seq),
@@ -88,26 +88,30 @@ async def _contents(store: FlowStore, fid: str) -> dict[str, Any]:
         "messages": [(m.channel, m.seq, m.message_id, m.value) for m in loaded.messages],
         "executions": [(e.exec_id, e.status, e.attempts_started) for e in loaded.executions],
         "completions": loaded.completions,
-        "history": [(h.exec_id, h.event, h.detail) for h in await store.history(fid)],
-        "rpc": await store.rpc_response(fid, "req-1"),
-        "events": [(r.offset, r.value) for r in await store.read_stream(fid, "events", 0, 10)],
-        "other": [(r.offset, r.value) for r in await store.read_stream(fid, "other", 0, 10)],
-        "active": [r.flow_id for r in await store.list_runs(active_step_type="Work")],
+        "history": [(h.exec_id, h.event, h.detail) for h in await store.runs.history(fid)],
+        "rpc": await store.runs.rpc_response(fid, "req-1"),
+        "events": [
+            (r.offset, r.value) for r in await store.streams.read_stream(fid, "events", 0, 10)
+        ],
+        "other": [
+            (r.offset, r.value) for r in await store.streams.read_stream(fid, "other", 0, 10)
+        ],
+        "active": [r.flow_id for r in await store.runs.list_runs(active_step_type="Work")],
     }
 
 
 async def test_a_merged_commit_leaves_the_store_as_the_two_commits_do(backend: Backend) -> None:
     async with opened(backend.config) as store:
-        apart, _ = await store.activate("apart")
-        await store.commit(_before("apart", apart))
-        first = await store.commit(_first("apart", apart))
-        second = await store.commit(_second("apart", apart))
+        apart, _ = await store.runs.activate("apart")
+        await store.runs.commit(_before("apart", apart))
+        first = await store.runs.commit(_first("apart", apart))
+        second = await store.runs.commit(_second("apart", apart))
 
-        together, _ = await store.activate("together")
-        await store.commit(_before("together", together))
+        together, _ = await store.runs.activate("together")
+        await store.runs.commit(_before("together", together))
         merged = merge_commits(_first("together", together), _second("together", together))
         assert merged is not None
-        offsets = await store.commit(merged)
+        offsets = await store.runs.commit(merged)
 
         # Each commit's Stream offsets, in order: the driver splits them by count.
         assert offsets == first + second

@@ -14,10 +14,10 @@ async def test_prune_keeps_the_newest_finished_executions_and_rpc_responses(
 ) -> None:
     async with opened(backend.config) as store:
         for flow_id in ("a", "b"):
-            epoch, _ = await store.activate(flow_id)
-            await store.commit(Commit(flow_id=flow_id, epoch=epoch, run=run(flow_id)))
+            epoch, _ = await store.runs.activate(flow_id)
+            await store.runs.commit(Commit(flow_id=flow_id, epoch=epoch, run=run(flow_id)))
             for i in range(1, 6):
-                await store.commit(
+                await store.runs.commit(
                     Commit(
                         flow_id=flow_id,
                         epoch=epoch,
@@ -26,8 +26,8 @@ async def test_prune_keeps_the_newest_finished_executions_and_rpc_responses(
                         rpc_request=(f"req-{i}", b"ok"),
                     )
                 )
-        epoch, _ = await store.activate("a")
-        await store.commit(
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(
             Commit(
                 flow_id="a",
                 epoch=epoch,
@@ -36,13 +36,13 @@ async def test_prune_keeps_the_newest_finished_executions_and_rpc_responses(
                 prune=PruneRequest(keep_finished_executions=2, keep_rpc_requests=1),
             )
         )
-        epoch, loaded = await store.activate("a")
+        epoch, loaded = await store.runs.activate("a")
         assert loaded is not None
         assert sorted(e.exec_id for e in loaded.executions) == ["Step-4", "Step-5", "Wait-1"]
         assert [c.exec_id for c in loaded.completions] == ["Step-1"]
-        assert [h.exec_id for h in await store.history("a")] == ["Step-4", "Step-5"]
+        assert [h.exec_id for h in await store.runs.history("a")] == ["Step-4", "Step-5"]
         # History of no kept execution (an RPC's): only the newest as many as RPC responses.
-        await store.commit(
+        await store.runs.commit(
             Commit(
                 flow_id="a",
                 epoch=epoch,
@@ -50,10 +50,10 @@ async def test_prune_keeps_the_newest_finished_executions_and_rpc_responses(
                 prune=PruneRequest(keep_finished_executions=2, keep_rpc_requests=1),
             )
         )
-        kept = [(h.exec_id, h.detail.get("n")) for h in await store.history("a")]
+        kept = [(h.exec_id, h.detail.get("n")) for h in await store.runs.history("a")]
         assert kept == [("Step-4", None), ("Step-5", None), ("", 2)]
-        assert await store.rpc_response("a", "req-5") == b"ok"
-        assert await store.rpc_response("a", "req-4") is None
+        assert await store.runs.rpc_response("a", "req-5") == b"ok"
+        assert await store.runs.rpc_response("a", "req-4") is None
         # Another run keeps everything.
-        assert len(await store.history("b")) == 5
-        assert await store.rpc_response("b", "req-1") == b"ok"
+        assert len(await store.runs.history("b")) == 5
+        assert await store.runs.rpc_response("b", "req-1") == b"ok"

@@ -13,38 +13,38 @@ from tests.stores.records import completion, entry, execution, message, opened, 
 
 async def test_activation_bumps_the_epoch_and_a_new_run_loads_as_none(backend: Backend) -> None:
     async with opened(backend.config) as store:
-        assert await store.activate("a") == (1, None)
-        assert await store.activate("a") == (2, None)
-        assert await store.activate("b") == (1, None)
-        assert await store.get_run("a") is None
-        assert await store.list_runs() == []
+        assert await store.runs.activate("a") == (1, None)
+        assert await store.runs.activate("a") == (2, None)
+        assert await store.runs.activate("b") == (1, None)
+        assert await store.runs.get_run("a") is None
+        assert await store.runs.list_runs() == []
 
 
 async def test_a_commit_from_a_superseded_epoch_is_refused_and_changes_nothing(
     backend: Backend,
 ) -> None:
     async with opened(backend.config) as store:
-        first, _ = await store.activate("a")
-        second, _ = await store.activate("a")
+        first, _ = await store.runs.activate("a")
+        second, _ = await store.runs.activate("a")
         stale = Commit(flow_id="a", epoch=first, run=run("a"), attribute_upserts={"k": b"v"})
 
         with pytest.raises(StaleEpochError) as refused:
-            await store.commit(stale)
+            await store.runs.commit(stale)
 
         assert (refused.value.flow_id, refused.value.epoch) == ("a", first)
         assert refused.value.current == second
-        assert await store.get_run("a") is None
+        assert await store.runs.get_run("a") is None
         with pytest.raises(StaleEpochError) as never_activated:
-            await store.commit(Commit(flow_id="b", epoch=1, run=run("b")))
+            await store.runs.commit(Commit(flow_id="b", epoch=1, run=run("b")))
         assert never_activated.value.current is None
-        await store.commit(Commit(flow_id="a", epoch=second, run=run("a")))
-        found = await store.get_run("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=second, run=run("a")))
+        found = await store.runs.get_run("a")
         assert found is not None and found.epoch == second
 
 
 async def test_commit_contents_round_trip_through_activation(backend: Backend) -> None:
     async with opened(backend.config) as store:
-        epoch, _ = await store.activate("a")
+        epoch, _ = await store.runs.activate("a")
         started = run(
             "a",
             counters={"Work": 2},
@@ -54,7 +54,7 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
             start_request_id="req-0",
             active_step_search_mode="with_wait_for",
         )
-        await store.commit(
+        await store.runs.commit(
             Commit(
                 flow_id="a",
                 epoch=epoch,
@@ -78,7 +78,7 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
             condition_results=b"\x0aresults",
             taken=("m0", "m9"),
         )
-        await store.commit(
+        await store.runs.commit(
             Commit(
                 flow_id="a",
                 epoch=epoch,
@@ -93,7 +93,7 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
             )
         )
 
-        epoch2, loaded = await store.activate("a")
+        epoch2, loaded = await store.runs.activate("a")
 
         assert epoch2 == epoch + 1 and loaded is not None
         assert loaded.run == run(
@@ -120,16 +120,16 @@ async def test_commit_contents_round_trip_through_activation(backend: Backend) -
             ("Work-1", b"out-1"),
             ("Work-2", b""),
         ]
-        assert await store.completions("a") == loaded.completions
-        history = await store.history("a")
+        assert await store.runs.completions("a") == loaded.completions
+        history = await store.runs.history("a")
         assert [(h.exec_id, h.event, h.detail) for h in history] == [
             ("Work-1", "attempt_started", {"attempt": 1}),
             ("Work-1", "step_completed", {"nested": {"a": [1, None]}}),
         ]
         assert history[0].at == 1001.25
-        assert await store.rpc_response("a", "req-1") == b"response-1"
-        assert await store.rpc_response("a", "req-2") is None
-        found = await store.get_run("a")
+        assert await store.runs.rpc_response("a", "req-1") == b"response-1"
+        assert await store.runs.rpc_response("a", "req-2") is None
+        found = await store.runs.get_run("a")
         assert found is not None and found.epoch == epoch2
 
 
@@ -137,8 +137,8 @@ async def test_replace_run_drops_the_earlier_runs_state(
     backend: Backend,
 ) -> None:
     async with opened(backend.config) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(
             Commit(
                 flow_id="a",
                 epoch=epoch,
@@ -151,7 +151,7 @@ async def test_replace_run_drops_the_earlier_runs_state(
                 rpc_request=("req-1", b"r"),
             )
         )
-        await store.commit(
+        await store.runs.commit(
             Commit(
                 flow_id="a",
                 epoch=epoch,
@@ -163,7 +163,7 @@ async def test_replace_run_drops_the_earlier_runs_state(
             replace_run=True,
         )
 
-        _, loaded = await store.activate("a")
+        _, loaded = await store.runs.activate("a")
 
         assert loaded is not None
         assert (loaded.run.run_id, loaded.run.status, loaded.run.closed_at) == (
@@ -174,10 +174,10 @@ async def test_replace_run_drops_the_earlier_runs_state(
         assert loaded.attributes == {"new": b"2"}
         assert loaded.messages == [] and loaded.completions == []
         assert [e.exec_id for e in loaded.executions] == ["Start-1"]
-        assert await store.rpc_response("a", "req-1") is None
+        assert await store.runs.rpc_response("a", "req-1") is None
         # Whether history is per run follows the one table list both stores share.
         replaced = ["Work-1"] if "history" not in PER_RUN_TABLES else []
-        assert [h.exec_id for h in await store.history("a")] == [*replaced, "Start-1"]
+        assert [h.exec_id for h in await store.runs.history("a")] == [*replaced, "Start-1"]
 
 
 async def test_list_runs_and_runs_with_work(backend: Backend) -> None:
@@ -191,8 +191,8 @@ async def test_list_runs_and_runs_with_work(backend: Backend) -> None:
     }
     async with opened(backend.config) as store:
         for i, (flow_id, (status, statuses)) in enumerate(cases.items()):
-            epoch, _ = await store.activate(flow_id)
-            await store.commit(
+            epoch, _ = await store.runs.activate(flow_id)
+            await store.runs.commit(
                 Commit(
                     flow_id=flow_id,
                     epoch=epoch,
@@ -201,8 +201,8 @@ async def test_list_runs_and_runs_with_work(backend: Backend) -> None:
                 )
             )
 
-        assert sorted(await store.runs_with_work()) == ["ready", "wait-for", "waiting"]
-        listed = await store.list_runs()
+        assert sorted(await store.runs.runs_with_work()) == ["ready", "wait-for", "waiting"]
+        listed = await store.runs.list_runs()
         # Ordered by start time, then flow ID.
         assert [r.flow_id for r in listed] == [
             "closed",
@@ -217,20 +217,20 @@ async def test_list_runs_and_runs_with_work(backend: Backend) -> None:
 
 async def test_flow_definitions_are_kept_once(backend: Backend) -> None:
     async with opened(backend.config) as store:
-        await store.put_flow_definition("F", "h1", b"\x80pickle")
-        await store.put_flow_definition("F", "h1", b"ignored")
-        await store.put_flow_definition("F", "h2", b"two")
-        assert await store.get_flow_definition("F", "h1") == b"\x80pickle"
-        assert await store.get_flow_definition("F", "h2") == b"two"
-        assert await store.get_flow_definition("G", "h1") is None
+        await store.definitions.put("F", "h1", b"\x80pickle")
+        await store.definitions.put("F", "h1", b"ignored")
+        await store.definitions.put("F", "h2", b"two")
+        assert await store.definitions.get("F", "h1") == b"\x80pickle"
+        assert await store.definitions.get("F", "h2") == b"two"
+        assert await store.definitions.get("G", "h1") is None
 
 
 async def test_a_store_from_a_newer_release_is_refused(backend: Backend) -> None:
     async with opened(backend.config) as store:
-        epoch, _ = await store.activate("a")
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        epoch, _ = await store.runs.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
     async with opened(backend.config) as reopened:  # same version: data is there
-        assert await reopened.get_run("a") is not None
+        assert await reopened.runs.get_run("a") is not None
 
     backend.set_schema_version(SCHEMA_VERSION + 1)
 

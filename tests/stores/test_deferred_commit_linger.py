@@ -19,14 +19,14 @@ from dex_agents_ray.engine import SqliteStoreConfig, StaleEpochError
 from dex_agents_ray.engine.run._driver import RunDriver
 from dex_agents_ray.engine.run._streams import StreamBuffer
 from dex_agents_ray.engine.store._records import Commit, LoadedRun
-from dex_agents_ray.engine.store._store import FlowStore
+from dex_agents_ray.engine.store._store import FlowStore, RunStore
 from tests.stores.records import opened, run
 
 
 class _Counting:
-    """The store, with each write's history events recorded as one group."""
+    """The store's runs, with each write's history events recorded as one group."""
 
-    def __init__(self, store: FlowStore) -> None:
+    def __init__(self, store: RunStore) -> None:
         self._store = store
         self.writes: list[list[str]] = []
         self.wrote = asyncio.Event()
@@ -42,17 +42,17 @@ class _Counting:
 
 
 async def _driver(store: FlowStore, flow_id: str) -> tuple[RunDriver, _Counting]:
-    epoch, _ = await store.activate(flow_id)
+    epoch, _ = await store.runs.activate(flow_id)
     record = run(flow_id, epoch=epoch)
-    await store.commit(Commit(flow_id=flow_id, epoch=epoch, run=record))
-    counting = _Counting(store)
+    await store.runs.commit(Commit(flow_id=flow_id, epoch=epoch, run=record))
+    counting = _Counting(store.runs)
     driver = RunDriver(
         store=counting,  # type: ignore[arg-type]
         flow_id=flow_id,
         epoch=epoch,
         definition=None,
         host_handle=None,
-        streams=StreamBuffer(store),
+        streams=StreamBuffer(store.streams),
     )
     driver.load(LoadedRun(run=record, attributes={}, messages=[], executions=[], completions=[]))
     return driver, counting
@@ -71,7 +71,7 @@ async def _commit(driver: RunDriver, event: str, *, deferred: bool = False) -> N
 
 
 async def _history(store: FlowStore, flow_id: str) -> list[str]:
-    return [h.event for h in await store.history(flow_id) if h.event != "step_scheduled"]
+    return [h.event for h in await store.runs.history(flow_id) if h.event != "step_scheduled"]
 
 
 async def test_a_deferred_commit_rides_in_the_next_commits_transaction(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ async def test_a_refused_merged_write_fails_both_commits_and_makes_the_driver_st
 ) -> None:
     async with opened(SqliteStoreConfig(path=str(tmp_path / "s.db"))) as store:
         driver, counting = await _driver(store, "r")
-        await store.activate("r")  # another host took the run over
+        await store.runs.activate("r")  # another host took the run over
         await _commit(driver, "first", deferred=True)  # held: nothing refuses it yet
 
         with pytest.raises(StaleEpochError):

@@ -72,14 +72,14 @@ async def test_a_wrong_password_fails_open_with_the_drivers_error(
         await store.open()
 
     with pytest.raises(RuntimeError, match="not open"):
-        await store.get_run("a")
+        await store.runs.get_run("a")
 
 
 async def test_many_stores_create_the_schema_at_once(postgres_config: PostgresStoreConfig) -> None:
     stores = [open_store(postgres_config) for _ in range(6)]
     try:
         await asyncio.gather(*(store.open() for store in stores))
-        epochs = await asyncio.gather(*(store.activate("a") for store in stores))
+        epochs = await asyncio.gather(*(store.runs.activate("a") for store in stores))
         assert sorted(epoch for epoch, _ in epochs) == [1, 2, 3, 4, 5, 6]
     finally:
         await asyncio.gather(*(store.close() for store in stores))
@@ -90,13 +90,13 @@ async def test_one_store_serves_callers_on_other_event_loops(
 ) -> None:
     config = PostgresStoreConfig(dsn=postgres_config.dsn, pool_size=2, durability="process")
     async with opened(config) as store:
-        epoch, _ = await store.activate("a")
+        epoch, _ = await store.runs.activate("a")
         results: list[object] = []
 
         def other_thread() -> None:
             async def use() -> None:
-                await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
-                results.append(await store.get_run("a"))
+                await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+                results.append(await store.runs.get_run("a"))
 
             asyncio.run(use())
 
@@ -104,10 +104,10 @@ async def test_one_store_serves_callers_on_other_event_loops(
         thread.start()
         await asyncio.to_thread(thread.join)
 
-        assert len(results) == 1 and results[0] == await store.get_run("a")
+        assert len(results) == 1 and results[0] == await store.runs.get_run("a")
         assert results[0] is not None
         # durability="process" is a per-connection setting: look at a pooled one.
-        setting = await store._run(_fetch_one, "SHOW synchronous_commit", ())  # type: ignore[attr-defined]
+        setting = await store.database.run(_fetch_one, "SHOW synchronous_commit", ())  # type: ignore[attr-defined]
         assert setting == ("off",)
 
 
@@ -117,8 +117,8 @@ async def test_a_connection_the_server_dropped_is_replaced_at_checkout(
     import psycopg
 
     async with opened(postgres_config) as store:
-        epoch, _ = await store.activate("a")
-        store._probe.IDLE_SECONDS = 0.0  # type: ignore[attr-defined]  # probe every checkout
+        epoch, _ = await store.runs.activate("a")
+        store.database._probe.IDLE_SECONDS = 0.0  # type: ignore[attr-defined]  # probe every checkout
         with psycopg.connect(postgres_config.dsn, autocommit=True) as admin:
             dropped = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -126,6 +126,6 @@ async def test_a_connection_the_server_dropped_is_replaced_at_checkout(
             ).fetchone()
         assert dropped is not None and dropped[0] >= 1
 
-        await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
 
-        assert await store.get_run("a") is not None
+        assert await store.runs.get_run("a") is not None

@@ -21,7 +21,7 @@ from dex_agents_ray.engine import (
     SqliteStoreConfig,
     StoreUnavailableError,
 )
-from dex_agents_ray.engine.store import _sqlite as sqlite_store
+from dex_agents_ray.engine.store import _sqlite_db as sqlite_db
 from dex_agents_ray.engine.store._records import ChannelMessageRecord, Commit, StreamAppend
 from dex_agents_ray.engine.store._sqlite import SqliteFlowStore
 from tests.stores.postgres_server import PostgresServer
@@ -31,8 +31,8 @@ from tests.stores.tcp_proxy import fault_proxy
 
 async def _started(store: FlowStore) -> int:
     """Run ``a`` activated and written once; returns its epoch."""
-    epoch, _ = await store.activate("a")
-    await store.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
+    epoch, _ = await store.runs.activate("a")
+    await store.runs.commit(Commit(flow_id="a", epoch=epoch, run=run("a")))
     return epoch
 
 
@@ -49,19 +49,19 @@ async def test_a_commit_whose_answer_was_lost_is_applied_once(
             epoch = await _started(store)
             proxy.cut_after_commit()
 
-            await store.commit(
+            await store.runs.commit(
                 Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "step_completed")])
             )
 
             assert proxy.cuts == 1
-            assert [h.event for h in await store.history("a")] == ["step_completed"]
+            assert [h.event for h in await store.runs.history("a")] == ["step_completed"]
             proxy.cut_after_commit()
-            offsets = await store.append_streams(
+            offsets = await store.streams.append_streams(
                 "a", [StreamAppend(stream="s", source="#X-1", value=b"v", capacity_bytes=0)]
             )
             assert proxy.cuts == 2
             assert offsets == [1]
-            assert [r.value for r in await store.read_stream("a", "s", 0, 10)] == [b"v"]
+            assert [r.value for r in await store.streams.read_stream("a", "s", 0, 10)] == [b"v"]
 
 
 async def test_a_server_away_past_the_deadline_raises_the_store_error_and_applies_nothing(
@@ -77,18 +77,22 @@ async def test_a_server_away_past_the_deadline_raises_the_store_error_and_applie
             proxy.down()
 
             with pytest.raises(StoreUnavailableError) as failed:
-                await store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "lost")]))
+                await store.runs.commit(
+                    Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "lost")])
+                )
 
             assert failed.value.store == config.location
             assert "***" in failed.value.store and postgres_server.password not in str(failed.value)
             assert failed.value.operation == "commit" and failed.value.attempts >= 2
             assert str(failed.value).startswith(f"store {config.location} unavailable")
             with pytest.raises(StoreUnavailableError):
-                await store.get_run("a")
+                await store.runs.get_run("a")
             proxy.up()
-            assert await store.history("a") == []
-            await store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "kept")]))
-            assert [h.event for h in await store.history("a")] == ["kept"]
+            assert await store.runs.history("a") == []
+            await store.runs.commit(
+                Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "kept")])
+            )
+            assert [h.event for h in await store.runs.history("a")] == ["kept"]
 
 
 async def test_a_server_back_within_the_deadline_costs_only_a_wait(
@@ -100,13 +104,13 @@ async def test_a_server_back_within_the_deadline_costs_only_a_wait(
             epoch = await _started(store)
             proxy.down()
             pending = asyncio.ensure_future(
-                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "late")]))
+                store.runs.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "late")]))
             )
             done, _ = await asyncio.wait({pending}, timeout=0.5)
             assert not done  # still retrying while the server is away
             proxy.up()
             await asyncio.wait_for(pending, timeout=30)
-            assert [h.event for h in await store.history("a")] == ["late"]
+            assert [h.event for h in await store.runs.history("a")] == ["late"]
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:
@@ -122,14 +126,14 @@ async def test_a_locked_sqlite_file_is_waited_for_then_written(tmp_path: Path) -
         epoch = await _started(store)
         other = _hold_write_lock(path)
         pending = asyncio.ensure_future(
-            store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "waited")]))
+            store.runs.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "waited")]))
         )
         done, _ = await asyncio.wait({pending}, timeout=0.5)
         assert not done
         other.execute("ROLLBACK")
         other.close()
         await asyncio.wait_for(pending, timeout=60)
-        assert [h.event for h in await store.history("a")] == ["waited"]
+        assert [h.event for h in await store.runs.history("a")] == ["waited"]
 
 
 def _hold_writer_flock(path: Path) -> int:
@@ -146,26 +150,29 @@ async def test_commits_queued_while_a_store_waits_for_the_writer_lock_share_a_tr
     async with opened(SqliteStoreConfig(path=str(path))) as store:
         epoch = await _started(store)
         assert isinstance(store, SqliteFlowStore)
-        transactions, commits = store.transactions_written, store.commits_written
+        database = store.database
+        transactions, commits = database.transactions_written, database.commits_written
         held = _hold_writer_flock(path)
         first = asyncio.ensure_future(
-            store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "first")]))
+            store.runs.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "first")]))
         )
         # Time for the store's thread to start waiting for the lock (the group is
         # the same whether it has or not: it takes the queue once it holds it).
         await asyncio.sleep(0.05)
         later = [
             asyncio.ensure_future(
-                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry(f"X-{i}", "later")]))
+                store.runs.commit(
+                    Commit(flow_id="a", epoch=epoch, history=[entry(f"X-{i}", "later")])
+                )
             )
             for i in (2, 3)
         ]
         fcntl.flock(held, fcntl.LOCK_UN)
         os.close(held)
         await asyncio.wait_for(asyncio.gather(first, *later), timeout=60)
-        assert store.transactions_written == transactions + 1
-        assert store.commits_written == commits + 3
-        assert [h.event for h in await store.history("a")] == ["first", "later", "later"]
+        assert database.transactions_written == transactions + 1
+        assert database.commits_written == commits + 3
+        assert [h.event for h in await store.runs.history("a")] == ["first", "later", "later"]
 
 
 @contextlib.asynccontextmanager
@@ -174,7 +181,7 @@ async def _store_thread_busy(store: SqliteFlowStore) -> AsyncIterator[None]:
     release = asyncio.Event()
     loop = asyncio.get_running_loop()
     busy = loop.run_in_executor(
-        store._executor,
+        store.database._executor,
         lambda: asyncio.run_coroutine_threadsafe(release.wait(), loop).result(),
     )
     try:
@@ -196,10 +203,10 @@ async def test_a_commit_with_the_locks_free_is_written_without_the_stores_thread
         assert isinstance(store, SqliteFlowStore)
         async with _store_thread_busy(store):
             await asyncio.wait_for(
-                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "here")])),
+                store.runs.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "here")])),
                 timeout=30,
             )
-        assert [h.event for h in await store.history("a")] == ["here"]
+        assert [h.event for h in await store.runs.history("a")] == ["here"]
     with sqlite3.connect(path) as other:  # durable for another connection
         assert other.execute("SELECT event FROM history").fetchall() == [("here",)]
 
@@ -221,14 +228,14 @@ async def test_a_lone_write_that_fails_partway_applies_none_of_its_rows(tmp_path
         )
 
         with pytest.raises(sqlite3.IntegrityError):
-            await store.commit(failing)
+            await store.runs.commit(failing)
 
-        await store.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"after": b"y"}))
-        _, loaded = await store.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"after": b"y"}))
+        _, loaded = await store.runs.activate("a")
         assert loaded is not None
         assert set(loaded.attributes) == {"after"}
         assert loaded.messages == []
-        assert await store.history("a") == []
+        assert await store.runs.history("a") == []
 
 
 class _RefusingEnds:
@@ -254,20 +261,22 @@ async def test_a_commit_whose_rollback_fails_too_raises_and_applies_nothing(
     async with opened(SqliteStoreConfig(path=str(tmp_path / "broken.db"))) as store:
         epoch = await _started(store)
         assert isinstance(store, SqliteFlowStore)
-        real = store._conn
+        real = store.database._conn
         assert real is not None
-        store._conn = _RefusingEnds(real)  # type: ignore[assignment]
+        store.database._conn = _RefusingEnds(real)  # type: ignore[assignment]
         try:
             with pytest.raises(sqlite3.OperationalError, match="broke"):
                 await asyncio.wait_for(
-                    store.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"k": b"v"})),
+                    store.runs.commit(
+                        Commit(flow_id="a", epoch=epoch, attribute_upserts={"k": b"v"})
+                    ),
                     timeout=30,
                 )
         finally:
-            store._conn = real
+            store.database._conn = real
         real.execute("ROLLBACK")
-        await store.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"after": b"y"}))
-        _, loaded = await store.activate("a")
+        await store.runs.commit(Commit(flow_id="a", epoch=epoch, attribute_upserts={"after": b"y"}))
+        _, loaded = await store.runs.activate("a")
         assert loaded is not None and set(loaded.attributes) == {"after"}
 
 
@@ -276,7 +285,7 @@ async def test_a_group_waiting_for_another_writers_flock_is_written_by_the_loop_
 ) -> None:
     """The loop tries the flock again while another process holds it (here without
     giving up, so the store's busy thread cannot be what writes the group)."""
-    monkeypatch.setattr(sqlite_store, "_LOOP_LOCK_TRIES", 1_000_000)
+    monkeypatch.setattr(sqlite_db, "_LOOP_LOCK_TRIES", 1_000_000)
     path = tmp_path / "retried.db"
     async with opened(SqliteStoreConfig(path=str(path))) as store:
         epoch = await _started(store)
@@ -285,7 +294,7 @@ async def test_a_group_waiting_for_another_writers_flock_is_written_by_the_loop_
             held = _hold_writer_flock(path)
             try:
                 pending = asyncio.ensure_future(
-                    store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")]))
+                    store.runs.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")]))
                 )
                 done, _ = await asyncio.wait({pending}, timeout=0.05)
                 assert not done  # waits for the other writer
@@ -293,7 +302,7 @@ async def test_a_group_waiting_for_another_writers_flock_is_written_by_the_loop_
                 fcntl.flock(held, fcntl.LOCK_UN)
                 os.close(held)
             await asyncio.wait_for(pending, timeout=30)
-        assert [h.event for h in await store.history("a")] == ["x"]
+        assert [h.event for h in await store.runs.history("a")] == ["x"]
 
 
 async def test_a_writer_lock_held_past_the_busy_wait_is_passed_by(tmp_path: Path) -> None:
@@ -304,12 +313,12 @@ async def test_a_writer_lock_held_past_the_busy_wait_is_passed_by(tmp_path: Path
         held = _hold_writer_flock(path)  # a holder that hangs: never lets go here
         try:
             await asyncio.wait_for(
-                store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")])),
+                store.runs.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")])),
                 timeout=60,
             )
         finally:
             os.close(held)
-        assert [h.event for h in await store.history("a")] == ["x"]
+        assert [h.event for h in await store.runs.history("a")] == ["x"]
 
 
 async def test_a_sqlite_file_locked_past_the_deadline_raises_and_applies_nothing(
@@ -322,13 +331,15 @@ async def test_a_sqlite_file_locked_past_the_deadline_raises_and_applies_nothing
         other = _hold_write_lock(path)
         try:
             with pytest.raises(StoreUnavailableError) as failed:
-                await store.commit(Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")]))
+                await store.runs.commit(
+                    Commit(flow_id="a", epoch=epoch, history=[entry("X-1", "x")])
+                )
         finally:
             other.execute("ROLLBACK")
             other.close()
         assert failed.value.store == str(path)
         assert "locked" in str(failed.value)
-        assert await store.history("a") == []
+        assert await store.runs.history("a") == []
 
 
 async def test_a_full_sqlite_disk_raises_the_store_error_and_applies_nothing(
@@ -339,21 +350,23 @@ async def test_a_full_sqlite_disk_raises_the_store_error_and_applies_nothing(
     async with opened(config) as store:
         epoch = await _started(store)
         # SQLite's own size cap gives the real SQLITE_FULL a full disk gives.
-        pages = await store._run(  # type: ignore[attr-defined]
-            lambda: store._db().execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]
+        assert isinstance(store, SqliteFlowStore)
+        database = store.database
+        pages = await database.run(
+            lambda: database.connection().execute("PRAGMA page_count").fetchone()[0]
         )
-        await store._run(  # type: ignore[attr-defined]
-            lambda: store._db().execute(f"PRAGMA max_page_count={pages}")  # type: ignore[attr-defined]
-        )
+        await database.run(lambda: database.connection().execute(f"PRAGMA max_page_count={pages}"))
         big = Commit(flow_id="a", epoch=epoch, attribute_upserts={"big": b"x" * 1_000_000})
 
         with pytest.raises(StoreUnavailableError) as failed:
-            await store.commit(big)
+            await store.runs.commit(big)
 
         assert "full" in str(failed.value)
-        loaded = await store.activate("a")
+        loaded = await store.runs.activate("a")
         assert loaded[1] is not None and "big" not in loaded[1].attributes
-        await store._run(  # type: ignore[attr-defined]
-            lambda: store._db().execute("PRAGMA max_page_count=1073741823")  # type: ignore[attr-defined]
+        await database.run(
+            lambda: database.connection().execute("PRAGMA max_page_count=1073741823")
         )
-        await store.commit(Commit(flow_id="a", epoch=loaded[0], attribute_upserts={"big": b"y"}))
+        await store.runs.commit(
+            Commit(flow_id="a", epoch=loaded[0], attribute_upserts={"big": b"y"})
+        )

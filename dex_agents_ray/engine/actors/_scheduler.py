@@ -31,7 +31,7 @@ class FlowScheduler:
         self._config = config
         self._store: FlowStore = open_store(config.store)
         await self._store.open()
-        clock.set_offset(await self._store.clock_offset())
+        clock.set_offset(await self._store.clock.offset())
         self._wakeup = asyncio.Event()
         self.woken = 0
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
@@ -59,9 +59,9 @@ class FlowScheduler:
             # store is read (a run passivated just after the read) wakes us again.
             self._wakeup.clear()
             try:
-                for flow_id in await self._store.due_passivated(clock.now()):
+                for flow_id in await self._store.passivation.due_passivated(clock.now()):
                     await self._wake(flow_id)
-                due = await self._store.next_passivated_wake()
+                due = await self._store.passivation.next_passivated_wake()
             except Exception:
                 logger.exception("scheduler: reading due runs failed; retrying")
                 due = clock.now() + 1.0

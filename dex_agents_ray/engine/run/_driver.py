@@ -60,7 +60,7 @@ from dex_agents_ray.engine.store._records import (
     PruneRequest,
     merge_commits,
 )
-from dex_agents_ray.engine.store._store import FlowStore, StaleEpochError
+from dex_agents_ray.engine.store._store import RunStore, StaleEpochError
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -71,7 +71,7 @@ class RunDriver:
     def __init__(
         self,
         *,
-        store: FlowStore,
+        store: RunStore,
         flow_id: str,
         epoch: int,
         definition: FlowDefinition | None,

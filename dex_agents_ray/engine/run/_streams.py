@@ -35,7 +35,7 @@ from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine.store._records import StreamAppend, StreamRecord
-from dex_agents_ray.engine.store._store import FlowStore
+from dex_agents_ray.engine.store._store import StreamStore
 
 logger = logging.getLogger("dex_agents_ray.engine")
 
@@ -59,7 +59,7 @@ class StreamBuffer:
 
     def __init__(
         self,
-        store: FlowStore,
+        store: StreamStore,
         linger: float = STREAM_LINGER_SECONDS,
         busy: Callable[[str], bool] | None = None,
         batch_window: float = STREAM_BATCH_WINDOW_SECONDS,

@@ -1,8 +1,9 @@
 """The PostgreSQL store's schema, statements and transaction bodies.
 
-``_postgres.PostgresFlowStore`` runs them; they are here so that the store
-module holds the store (its pool, retries and operations) and this one what
-each operation writes and reads.
+The store's roles run them (``_postgres_runs``, ``_postgres_streams`` and the
+smaller ones in ``_postgres``) over ``_postgres_db``'s pool and retries; they
+are here so that those modules hold the operations and this one what each
+operation writes and reads.
 """
 
 from __future__ import annotations

@@ -393,7 +393,7 @@ class PruneRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class StreamAppend:
-    """One message to append to a run's Stream (see ``FlowStore.append_streams``)."""
+    """One message to append to a run's Stream (see ``StreamStore.append_streams``)."""
 
     stream: str
     source: str

@@ -1,6 +1,7 @@
-"""The SQLite store's Stream rows: appends with their offsets and the trimming to
-each Stream's capacity, and the reads of a Stream (``SqliteFlowStore`` runs them
-on its thread, appends inside its group transactions)."""
+"""The SQLite store's Streams: appends with their offsets and the trimming to
+each Stream's capacity (``StreamRows``, inside a group transaction of the
+store's database, a commit's or their own), and the reads of a Stream
+(``SqliteStreams``, the store's ``StreamStore``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine.store._records import StreamAppend, StreamRecord
+from dex_agents_ray.engine.store._sqlite_db import SqliteDatabase
 
 _STREAM_SIZES_KEPT = 100_000
 """Streams whose sizes a store remembers (then it forgets them all and rescans)."""
@@ -67,6 +69,46 @@ class StreamRows:
         if len(self._bytes) >= _STREAM_SIZES_KEPT and key not in self._bytes:
             self._bytes.clear()
         self._bytes[key] = held
+
+
+class SqliteStreams:
+    """``StreamStore`` on a ``SqliteDatabase``: appends ride in the group
+    transactions of the commits around them; reads run on the store's thread."""
+
+    def __init__(self, database: SqliteDatabase, rows: StreamRows) -> None:
+        self._database = database
+        self._rows = rows
+
+    async def append_stream(
+        self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
+    ) -> int:
+        appended = StreamAppend(
+            stream=stream, source=source, value=value, capacity_bytes=capacity_bytes
+        )
+        (offset,) = await self.append_streams(flow_id, (appended,))
+        return offset
+
+    async def append_streams(self, flow_id: str, appends: Sequence[StreamAppend]) -> list[int]:
+        def append(db: sqlite3.Connection) -> list[int]:
+            return self._rows.append(db, flow_id, appends)
+
+        return await self._database.grouped("append_streams", append)
+
+    async def read_stream(
+        self, flow_id: str, stream: str, after_offset: int, limit: int
+    ) -> list[StreamRecord]:
+        database = self._database
+        return await database.run(
+            lambda: read_rows(database.connection(), flow_id, stream, after_offset, limit)
+        )
+
+    async def list_stream(
+        self, flow_id: str, stream: str, before_offset: int | None, limit: int
+    ) -> list[StreamRecord]:
+        database = self._database
+        return await database.run(
+            lambda: list_rows(database.connection(), flow_id, stream, before_offset, limit)
+        )
 
 
 def read_rows(

@@ -2,7 +2,10 @@
 
 Everything above this interface (hosts, clients, the scheduler) is written
 against it, so a backend is a drop-in: SQLite is the embedded default, and a
-PostgreSQL store implements the same methods.
+PostgreSQL store implements the same roles. A store is one object per role
+(definitions, runs, passivation, the clock, Streams) over one shared
+connection: each caller holds the role it uses (a run's driver the runs, a
+host's Stream buffer the Streams, the scheduler the passivated runs).
 """
 
 from __future__ import annotations
@@ -25,11 +28,16 @@ from dex_agents_ray.engine.store._records import (
 )
 
 __all__ = [
+    "ClockStore",
+    "DefinitionStore",
     "FlowStore",
+    "PassivationStore",
     "PostgresStoreConfig",
+    "RunStore",
     "SqliteStoreConfig",
     "StaleEpochError",
     "StoreConfig",
+    "StreamStore",
 ]
 
 
@@ -46,21 +54,24 @@ class StaleEpochError(RuntimeError):
         self.current = current
 
 
-class FlowStore(Protocol):
-    """Durable storage of flow definitions, runs, Step history and Streams.
+class DefinitionStore(Protocol):
+    """The pickled Flow definitions runs are made of, by Flow type and hash."""
 
-    Every method is safe to call from any process that can reach the store; a
-    run's writes are fenced by its ownership epoch (:meth:`activate`).
-    """
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def put_flow_definition(self, flow_type: str, flow_hash: str, blob: bytes) -> None:
+    async def put(self, flow_type: str, flow_hash: str, blob: bytes) -> None:
         """Keep a pickled Flow definition (idempotent)."""
 
-    async def get_flow_definition(self, flow_type: str, flow_hash: str) -> bytes | None: ...
+    async def get(self, flow_type: str, flow_hash: str) -> bytes | None:
+        """The pickled definition, or ``None`` when none was kept."""
+
+
+class RunStore(Protocol):
+    """Runs: ownership, the commits that change them and the reads of what they hold.
+
+    A run's writes are fenced by its ownership epoch (:meth:`activate`): a
+    commit of an older incarnation raises ``StaleEpochError``. A commit also
+    carries the run's channel messages, its retention prune and any Stream
+    appends, in its one transaction.
+    """
 
     async def activate(self, flow_id: str) -> tuple[int, LoadedRun | None]:
         """Take ownership of a run: bump and return its epoch, and load it."""
@@ -97,10 +108,14 @@ class FlowStore(Protocol):
     async def runs_with_work(self) -> list[str]:
         """Running runs with an execution that needs a host (not only waiting)."""
 
+
+class PassivationStore(Protocol):
+    """Runs no host holds, and when their timers need them back."""
+
     async def passivate(self, flow_id: str, epoch: int, wake_at: float | None) -> None:
         """Record that no host holds the run (fenced by ``epoch``, like a commit);
         ``wake_at`` is when a timer needs it back (``None``: only a client call).
-        The next :meth:`activate` clears the record."""
+        The next :meth:`RunStore.activate` clears the record."""
 
     async def due_passivated(self, now: float) -> list[str]:
         """Passivated runs whose ``wake_at`` has come."""
@@ -111,12 +126,19 @@ class FlowStore(Protocol):
     async def passivated_count(self) -> int:
         """How many runs are passivated (no host holds them)."""
 
-    async def clock_offset(self) -> float:
-        """The engine clock's offset (seconds ahead of real time; 0 unless a test
-        engine moved it)."""
 
-    async def set_clock_offset(self, seconds: float) -> None:
-        """Store the engine clock's offset (see ``FlowEngine.advance_clock``)."""
+class ClockStore(Protocol):
+    """The engine clock's offset, shared by every process of the store."""
+
+    async def offset(self) -> float:
+        """Seconds ahead of real time (0 unless a test engine moved the clock)."""
+
+    async def set_offset(self, seconds: float) -> None:
+        """Store the offset (see ``FlowEngine.advance_clock``)."""
+
+
+class StreamStore(Protocol):
+    """Append-only Streams per run, trimmed to a capacity in bytes."""
 
     async def append_stream(
         self, flow_id: str, stream: str, source: str, value: bytes, capacity_bytes: int
@@ -135,6 +157,42 @@ class FlowStore(Protocol):
         self, flow_id: str, stream: str, before_offset: int | None, limit: int
     ) -> list[StreamRecord]:
         """Messages older than ``before_offset`` (or the newest), newest first."""
+
+
+class FlowStore(Protocol):
+    """Durable storage of flow definitions, runs, Step history and Streams: one
+    object per role, all over the one connection (or pool) the store opens.
+
+    Every method is safe to call from any process that can reach the store; a
+    run's writes are fenced by its ownership epoch (:meth:`RunStore.activate`).
+    Open the store before using a role and close it after the last use::
+
+        store = open_store(SqliteStoreConfig(path="/tmp/runs.db"))
+        await store.open()
+        try:
+            run = await store.runs.get_run("flow-1")
+        finally:
+            await store.close()
+    """
+
+    @property
+    def definitions(self) -> DefinitionStore: ...
+
+    @property
+    def runs(self) -> RunStore: ...
+
+    @property
+    def passivation(self) -> PassivationStore: ...
+
+    @property
+    def clock(self) -> ClockStore: ...
+
+    @property
+    def streams(self) -> StreamStore: ...
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 DEFAULT_RETRY_DEADLINE = timedelta(seconds=60)

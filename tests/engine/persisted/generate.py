@@ -75,7 +75,7 @@ async def _passivated_session(store: Path, namespace: str) -> None:
         await _until(turn_done, "the end of the first turn")
 
         async def passivated() -> bool:  # the store only: a client call would wake it
-            return bool(await engine.store.passivated_count() == 1)
+            return bool(await engine.store.passivation.passivated_count() == 1)
 
         await _until(passivated, "the session's passivation")
     finally:
@@ -106,7 +106,7 @@ async def _waiting_runs(store: Path, namespace: str) -> None:
         )
 
         async def armed() -> bool:
-            history = await engine.store.history("reminder")
+            history = await engine.store.runs.history("reminder")
             return any(
                 h.exec_id == "RemindWhenDue-1" and h.event == "wait_for_completed" for h in history
             )

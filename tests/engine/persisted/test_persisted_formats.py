@@ -80,14 +80,14 @@ async def _approve_the_pending_call(sessions: AgentSessionClient, refunds: Invoc
 
 async def _wake_the_passivated_session(engine: Any, sessions: AgentSessionClient) -> None:
     """The session left memory after its first turn; a user message brings it back."""
-    assert await engine.store.passivated_count() == 1
-    before = await engine.store.get_run("passivated")
+    assert await engine.store.passivation.passivated_count() == 1
+    before = await engine.store.runs.get_run("passivated")
     assert before is not None and before.active_step_types == ["AwaitUserMessage"]
 
     assert await sessions.send_user_message("passivated", LOOKUP_PROMPT)
     done = await snapshot_when(sessions, "passivated", turn_done(2))
 
-    assert await engine.store.passivated_count() == 0
+    assert await engine.store.passivation.passivated_count() == 0
     assert [(m.role.value, m.text, m.tool_output) for m in done.messages] == [
         ("user", GREETING, None),
         ("assistant", f"You said: {GREETING}", None),
@@ -123,7 +123,7 @@ async def test_the_runs_of_a_store_written_before_the_move_finish(
     await _wake_the_passivated_session(engine, sessions)
     await _let_the_timer_fire(engine, reminders)
 
-    history = await engine.store.history("approval")
+    history = await engine.store.runs.history("approval")
     assert [(h.exec_id, h.event) for h in history][:2] == [
         ("", "flow_started"),
         ("StartAgentSession-1", "step_scheduled"),

@@ -24,13 +24,14 @@ LAYERS: dict[str, int] = {
     "openai_agents": 3,
     "notebook": 3,
     "testing": 3,
+    "evals": 3,
     "serve": 4,
-    "evals": 4,
     "cli": 5,
     "__init__": 5,
 }
 """A package imports only packages of lower layers: the engine imports nothing of
-the project, the session nothing of the agent loops, and so on."""
+the project, the session nothing of the agent loops, and so on (evals sits below
+serve, whose inspector shows eval runs)."""
 
 PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("session/_messages.py", "dex_agents_ray.engine.sdk._stored"): "stored value sizes",

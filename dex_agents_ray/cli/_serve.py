@@ -1,4 +1,5 @@
-"""``dex-agents-ray serve``: the session inspector over a running engine."""
+"""``dex-agents-ray serve``: the session inspector over a running engine, with the eval
+runs of a folder (``--evals``, default ``evals``: where ``dex-agents-ray eval`` writes)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=None,
         help=f"the access token (default: ${TOKEN_ENVIRONMENT_VARIABLE}, else a new random one)",
     )
+    serve.add_argument(
+        "--evals",
+        default="evals",
+        metavar="DIR",
+        help="the folder of eval run directories the eval pages show (default: evals, "
+        "where dex-agents-ray eval writes evals/RUN_ID)",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -44,7 +52,9 @@ def run_serve(args: argparse.Namespace) -> int:
     options = connection_options(args)
     token = args.token or os.environ.get(TOKEN_ENVIRONMENT_VARIABLE) or None
     try:
-        return asyncio.run(_serve(options, host=args.host, port=args.port, token=token))
+        return asyncio.run(
+            _serve(options, host=args.host, port=args.port, token=token, evals=args.evals)
+        )
     except KeyboardInterrupt:
         return 0
     except ValueError as error:
@@ -52,7 +62,9 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
 
-async def _serve(options: ConnectionOptions, *, host: str, port: int, token: str | None) -> int:
+async def _serve(
+    options: ConnectionOptions, *, host: str, port: int, token: str | None, evals: str
+) -> int:
     import uvicorn
 
     from dex_agents_ray.serve import build_inspector_app, generate_token
@@ -61,7 +73,9 @@ async def _serve(options: ConnectionOptions, *, host: str, port: int, token: str
     token = token or generate_token()
     engine = await start_engine(options, flows)
     try:
-        app = build_inspector_app(engine.client, flows, token=token)
+        app = build_inspector_app(
+            engine.client, flows, token=token, evals_dir=evals, evals_namespace=options.namespace
+        )
         # Bind first, so the printed URL names the real port (also for --port 0).
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -73,6 +87,7 @@ async def _serve(options: ConnectionOptions, *, host: str, port: int, token: str
         agents = ", ".join(flow.get_flow_type() for flow in flows)
         print(f"dex-agents-ray inspector for {agents}", flush=True)
         print(f"    open http://{shown}:{bound}/?token={token}", flush=True)
+        print(f"    eval runs from {evals}/ at /evals", flush=True)
         await uvicorn.Server(config).serve(sockets=[sock])
         return 0
     finally:

@@ -61,6 +61,18 @@ from dex_agents_ray.evals._results import (
     compare_reports,
 )
 from dex_agents_ray.evals._runner import EvalProgress, ScoringContext, run_eval, session_id_for
+from dex_agents_ray.evals._runs import (
+    CASES_FILE,
+    RUN_FILE,
+    RUN_SCHEMA_VERSION,
+    EvalRunReader,
+    EvalRunRecord,
+    EvalRunStatus,
+    eval_run_progress,
+    eval_run_status,
+    find_eval_runs,
+    write_run_record,
+)
 from dex_agents_ray.evals._scorers import (
     EvalSample,
     Score,
@@ -76,6 +88,7 @@ from dex_agents_ray.evals._scorers import (
 )
 
 __all__ = [
+    "CASES_FILE",
     "CASE_FIELDS",
     "CUT_FACTOR",
     "DEFAULT_MODEL_KEY",
@@ -87,6 +100,8 @@ __all__ = [
     "MIN_FACTOR",
     "RESULTS_FILE",
     "RESULTS_SCHEMA_VERSION",
+    "RUN_FILE",
+    "RUN_SCHEMA_VERSION",
     "SUMMARY_FILE",
     "Answer",
     "Approve",
@@ -100,6 +115,9 @@ __all__ = [
     "EvalModelLimiter",
     "EvalProgress",
     "EvalReport",
+    "EvalRunReader",
+    "EvalRunRecord",
+    "EvalRunStatus",
     "EvalSample",
     "InterruptDecision",
     "InterruptPolicy",
@@ -115,7 +133,10 @@ __all__ = [
     "as_scorer",
     "compare_reports",
     "contains",
+    "eval_run_progress",
+    "eval_run_status",
     "exact_match",
+    "find_eval_runs",
     "first_of",
     "json_field",
     "judge_prompt",
@@ -126,4 +147,5 @@ __all__ = [
     "reject_all",
     "run_eval",
     "session_id_for",
+    "write_run_record",
 ]

@@ -39,6 +39,7 @@ from dex_agents_ray.evals._results import (
     ResultsWriter,
     read_results,
 )
+from dex_agents_ray.evals._runs import write_run_record
 from dex_agents_ray.evals._scorers import EvalSample, Score, Scorer, ScorerLike, as_scorer
 from dex_agents_ray.session import (
     SPEND_LIMIT_REFUSED_PREFIX,
@@ -568,6 +569,8 @@ async def _start(
     out: str | Path | None,
 ) -> None:
     namespace = namespace or DEFAULT_NAMESPACE
+    if out is not None:  # the eval pages read the run's agent, cases and start from it
+        write_run_record(out, run_id=run.run_id, agent=flow.get_flow_type(), cases=run.cases)
     limiter: EvalModelLimiter | None = None
     if run.max_spend_tokens is not None:
         ledger = (Path(out) if out is not None else Path(".dex-agents-ray")) / "spend.db"

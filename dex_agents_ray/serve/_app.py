@@ -1,10 +1,13 @@
-"""The inspector's FastAPI app: two pages, their JSON API, the event stream and the graph."""
+"""The inspector's FastAPI app: the session pages, their JSON API, the event stream and
+the graph, and (with ``evals_dir``) the eval pages of :mod:`dex_agents_ray.serve._evals`."""
 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from dex.runtime_errors import FlowNotFoundError
@@ -15,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from dex_agents_ray.engine import EngineClient
 from dex_agents_ray.serve._auth import InspectorAuth, InspectorAuthMiddleware
+from dex_agents_ray.serve._evals import EvalRuns, add_eval_routes
 from dex_agents_ray.session import AgentSessionClient, AgentSessionFlow
 from dex_agents_ray.session_graph import session_flow_graph_svg
 from dex_agents_ray.session_listing import active_step_types, list_sessions
@@ -33,6 +37,7 @@ session of the sessions page (a refused one is left out)."""
 
 _RECONNECT_MS = 500
 _STATIC = resources.files("dex_agents_ray.serve").joinpath("static")
+_EVALS_LINK = '<a href="/evals" class="nav" id="evals-link">Evaluations</a>'
 
 
 class ResolveBody(BaseModel):
@@ -91,13 +96,25 @@ class _Sessions:
             )
         return flow, info
 
+    async def served(self, request: Request, session_id: str) -> bool:
+        """Whether the session exists and its Flow is served (403 when the caller may
+        not see it)."""
+        try:
+            await self.flow_of(request, session_id)
+        except HTTPException as error:
+            if error.status_code == 404:
+                return False
+            raise
+        return True
+
     async def operator(self, request: Request, session_id: str) -> AgentSessionClient:
         flow, _ = await self.flow_of(request, session_id)
         return AgentSessionClient(self.client, flow)
 
 
-def _page(name: str, auth: InspectorAuth) -> HTMLResponse:
+def _page(name: str, auth: InspectorAuth, *, evals: bool) -> HTMLResponse:
     html = _STATIC.joinpath(name).read_text(encoding="utf-8")
+    html = html.replace("{{evals_link}}", _EVALS_LINK if evals else "")
     return HTMLResponse(html.replace("{{csrf_token}}", auth.csrf_token))
 
 
@@ -108,6 +125,8 @@ def build_inspector_app(
     token: str,
     authorize_session: AuthorizeSession | None = None,
     max_stream_events: int | None = None,
+    evals_dir: str | os.PathLike[str] | None = None,
+    evals_namespace: str | None = None,
 ) -> FastAPI:
     """The session inspector as an ASGI app (serve it with uvicorn).
 
@@ -119,6 +138,12 @@ def build_inspector_app(
         authorize_session: The application's check per session (:data:`AuthorizeSession`).
         max_stream_events: End each event response after this many events (the
             browser reconnects with ``Last-Event-ID``); ``None``: never.
+        evals_dir: The folder of eval run directories (``run_eval(out=...)``'s, each
+            a child, such as ``evals/<run_id>``) the eval pages show (``/evals``);
+            ``None``: no eval pages.
+        evals_namespace: The Ray namespace of the runs' drivers (``run_eval``'s
+            ``namespace``), where their pause / resume / cancel and status live;
+            ``None``: the current one.
 
     Raises:
         ValueError: No flows, a short token, or a ``max_stream_events`` below 1.
@@ -133,8 +158,16 @@ def build_inspector_app(
     app.add_middleware(InspectorAuthMiddleware, auth=auth)
     app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
 
-    _add_read_routes(app, sessions, auth, max_stream_events)
+    evals = evals_dir is not None
+
+    def page(name: str) -> HTMLResponse:
+        return _page(name, auth, evals=evals)
+
+    _add_read_routes(app, sessions, page, max_stream_events)
     _add_action_routes(app, sessions)
+    if evals_dir is not None:
+        runs = EvalRuns(Path(evals_dir), evals_namespace)
+        add_eval_routes(app, runs, page, sessions.served, max_stream_events)
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, error: ValueError) -> JSONResponse:
@@ -144,19 +177,22 @@ def build_inspector_app(
 
 
 def _add_read_routes(
-    app: FastAPI, sessions: _Sessions, auth: InspectorAuth, max_stream_events: int | None
+    app: FastAPI,
+    sessions: _Sessions,
+    page: Callable[[str], HTMLResponse],
+    max_stream_events: int | None,
 ) -> None:
     client = sessions.client
     flows = list(sessions.flows.values())
 
     @app.get("/", response_class=HTMLResponse)
     async def sessions_page() -> HTMLResponse:
-        return _page("sessions.html", auth)
+        return page("sessions.html")
 
     @app.get("/sessions/{session_id}", response_class=HTMLResponse)
     async def session_page(session_id: str, request: Request) -> HTMLResponse:
         await sessions.flow_of(request, session_id)
-        return _page("session.html", auth)
+        return page("session.html")
 
     @app.get("/api/sessions")
     async def sessions_list(

@@ -14,11 +14,15 @@ import pytest
 
 from dex_agents_ray.cli import main
 from dex_agents_ray.cli._connection import connection_options, connection_parser, load_agents
+from dex_agents_ray.evals import CaseResult, CaseStatus, EvalCase, write_run_record
+from dex_agents_ray.evals._results import ResultsWriter
 from examples.inspector_agent import flow
 from tests.serve.sessions import TOKEN, start_example_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 _CLI = "import sys; from dex_agents_ray.cli import main; sys.exit(main())"
+_CASES = [EvalCase(id="a", turns=("hi",)), EvalCase(id="b", turns=("ho",))]
+_ROW = CaseResult(case_id="a", session_id="eval:nightly:a", status=CaseStatus.SCORED, passed=True)
 
 
 def test_the_connection_flags_are_one_parser() -> None:
@@ -62,15 +66,21 @@ def test_agents_load_once_per_flow_type() -> None:
 
 
 async def test_serve_from_the_command_line(
-    engine_factory: Any, namespace: str, store_path: Path
+    engine_factory: Any, namespace: str, store_path: Path, tmp_path: Path
 ) -> None:
     import ray
 
     await start_example_sessions(engine_factory)
+    # A run folder as run_eval writes it (its record and one row), for the eval pages.
+    write_run_record(
+        tmp_path / "evals" / "nightly", run_id="nightly", agent="SupportDesk", cases=_CASES
+    )
+    ResultsWriter(tmp_path / "evals" / "nightly").append(_ROW)
     address = ray.get_runtime_context().gcs_address
     command = [
         *("serve", "--address", address, "--namespace", namespace, "--store", str(store_path)),
         *("--agent", "examples.inspector_agent:flow", "--port", "0", "--token", TOKEN),
+        *("--evals", str(tmp_path / "evals")),
     ]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -100,6 +110,10 @@ async def test_serve_from_the_command_line(
             assert (await http.get(url)).status_code == 200  # the redirect sets the cookie
             listed = (await http.get("/api/sessions?waiting=true")).json()["sessions"]
             assert sorted(row["session_id"] for row in listed) == ["account-question", "refund-7"]
+            (run,) = (await http.get("/api/evals/runs")).json()["runs"]
+            assert run["run_id"] == "nightly" and run["agent"] == "SupportDesk"
+            assert run["cases"] == 2 and run["rows"] == 1 and run["status"] == "interrupted"
+            assert "/evals" in (await http.get("/")).text  # the sessions page links the runs
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGINT)

@@ -3,10 +3,13 @@
 // Step execution is kept; after a turn ends its live text gives way to the stored
 // messages. A reconnecting EventSource sends Last-Event-ID and the server resumes
 // after it; an event whose offset was already applied is dropped (and counted).
+// An eval case's page shows its session with this script too: it calls
+// openSession(id), and the parts a page leaves out (the composer, the plan) are skipped.
 "use strict";
 
-const sessionId = decodeURIComponent(location.pathname.split("/")[2] || "");
-const base = `/api/sessions/${encodeURIComponent(sessionId)}`;
+const onSessionPage = document.body.dataset.page === "session";
+let sessionId = "";
+let base = "";
 const stats = { connects: 0, events: 0, duplicates: 0, snapshots: 0, errors: 0, types: [] };
 window.inspectorStats = stats;
 
@@ -34,8 +37,10 @@ async function loadSnapshot() {
   stats.snapshots += 1;
   snapshot = data.snapshot;
   flowStatus = data.flow_status;
-  document.getElementById("title").textContent = sessionId;
-  document.title = `${sessionId} · dex-agents-ray inspector`;
+  if (onSessionPage) {
+    document.getElementById("title").textContent = sessionId;
+    document.title = `${sessionId} · dex-agents-ray inspector`;
+  }
   for (const [key, entry] of live) {
     if (endedTurns.has(entry.turn) || turnFinished(entry.turn)) live.delete(key);
   }
@@ -294,6 +299,7 @@ function renderCalls() {
 function renderPlan() {
   const plan = snapshot.plan;
   const section = document.getElementById("plan-section");
+  if (!section) return;
   section.hidden = !plan;
   if (!plan) return;
   document.getElementById("plan-meta").textContent = `revision ${plan.revision} · ${plan.status}`;
@@ -309,6 +315,7 @@ function renderPlan() {
 }
 
 function renderControls() {
+  if (!document.getElementById("send")) return;
   const state = snapshot.state;
   const running = flowStatus === "running";
   const active = Boolean(state && state.active_turn_id);
@@ -361,19 +368,21 @@ async function act(url, body, what) {
   scheduleRefresh();
 }
 
-document.getElementById("send").addEventListener("click", () => {
-  const box = document.getElementById("message");
-  const text = box.value;
-  act(`${base}/messages`, { text }, "Sent").then(() => { box.value = ""; });
-});
-document.getElementById("steer").addEventListener("click", () => {
-  const box = document.getElementById("message");
-  act(`${base}/steer`, { text: box.value }, "Steered").then(() => { box.value = ""; });
-});
-document.getElementById("stop").addEventListener("click", () => {
-  const turn = snapshot && snapshot.state && snapshot.state.active_turn_id;
-  if (turn) act(`${base}/cancel`, { turn_id: turn }, "Stop requested");
-});
+function addComposerListeners() {
+  document.getElementById("send").addEventListener("click", () => {
+    const box = document.getElementById("message");
+    const text = box.value;
+    act(`${base}/messages`, { text }, "Sent").then(() => { box.value = ""; });
+  });
+  document.getElementById("steer").addEventListener("click", () => {
+    const box = document.getElementById("message");
+    act(`${base}/steer`, { text: box.value }, "Steered").then(() => { box.value = ""; });
+  });
+  document.getElementById("stop").addEventListener("click", () => {
+    const turn = snapshot && snapshot.state && snapshot.state.active_turn_id;
+    if (turn) act(`${base}/cancel`, { turn_id: turn }, "Stop requested");
+  });
+}
 
 async function start() {
   try {
@@ -389,4 +398,11 @@ async function start() {
   }
 }
 
-start();
+function openSession(id) {
+  sessionId = id;
+  base = `/api/sessions/${encodeURIComponent(id)}`;
+  if (document.getElementById("send")) addComposerListeners();
+  start();
+}
+
+if (onSessionPage) openSession(decodeURIComponent(location.pathname.split("/")[2] || ""));

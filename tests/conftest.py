@@ -37,7 +37,7 @@ def ray_session() -> Iterator[None]:
             log_to_driver=False,
         )
     yield
-    from dex_agents_ray.session._tracing_relay import close_span_relays
+    from dex_agents_ray.session.tracing._relay import close_span_relays
 
     close_span_relays()  # no relay thread inside a Ray call while Ray shuts down
     ray.shutdown()

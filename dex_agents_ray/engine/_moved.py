@@ -1,4 +1,4 @@
-"""The engine's module paths from before its sub-packages, kept for stored pickles.
+"""Module paths from before the engine's and the session's sub-packages, kept for stored pickles.
 
 A store keeps every Flow definition pickled (``FlowStore.definitions.put``),
 and a pickle names each class and function it holds by module path: a store
@@ -8,8 +8,12 @@ their old flat paths (``dex_agents_ray.engine._codecs``, ``..._invoke`` and so
 on). :data:`MOVED` maps each old name to the module that holds its code now,
 and an import of an old path (the one ``pickle`` makes to find a class) gets
 that module itself, loaded on first use, so its classes are the very ones the
-engine uses. New code imports the new paths (``tests/test_layering.py``
-refuses the old ones in the package).
+engine uses. :data:`SESSION_MOVED` does the same for the session's tracing
+modules, which moved into ``dex_agents_ray/session/tracing/`` (a stored session
+Flow names ``AgentTracingOptions`` by its old path); the engine only maps the
+names and imports nothing of the session until such a pickle asks for one.
+New code imports the new paths (``tests/test_layering.py`` refuses the old
+ones in the package).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "SESSION_MOVED", "install"]
 
 _PACKAGE = "dex_agents_ray.engine"
+_SESSION = "dex_agents_ray.session"
 
 MOVED: dict[str, str] = {
     "_sdk": "sdk._sdk",
@@ -70,6 +75,24 @@ MOVED: dict[str, str] = {
 old path finds it."""
 
 
+SESSION_MOVED: dict[str, str] = {
+    "_tracing": "tracing._decorators",
+    "_tracing_hooks": "tracing._step_hooks",
+    "_tracing_options": "tracing._options",
+    "_tracing_otel": "tracing._otel",
+    "_tracing_relay": "tracing._relay",
+    "_metrics": "tracing._metrics",
+}
+"""Old module name (under ``dex_agents_ray.session``) -> where its code lives now.
+
+``_tracing``'s ``note_model_result`` and ``ModelResultNote`` now live in
+``tracing._notes``, and ``_tracing_options``' ``SpanRelayAddress`` in
+``tracing._relay_address``; ``tracing._options`` still imports the latter, so a
+stored copy of the options that carries one finds it."""
+
+_MAPS: dict[str, dict[str, str]] = {_PACKAGE: MOVED, _SESSION: SESSION_MOVED}
+
+
 class _MovedLoader(importlib.abc.Loader):
     """Answers an old path with the module that holds its code now."""
 
@@ -88,7 +111,8 @@ class _MovedLoader(importlib.abc.Loader):
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of :data:`MOVED` (after every other finder found nothing)."""
+    """Finds the old paths of :data:`MOVED` and :data:`SESSION_MOVED` (after every
+    other finder found nothing)."""
 
     def find_spec(
         self,
@@ -97,9 +121,10 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
         package, _, name = fullname.rpartition(".")
-        if package != _PACKAGE or name not in MOVED:
+        moved = _MAPS.get(package)
+        if moved is None or name not in moved:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(f"{_PACKAGE}.{MOVED[name]}"))
+        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(f"{package}.{moved[name]}"))
 
 
 _FINDER = _MovedFinder()

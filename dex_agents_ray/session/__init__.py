@@ -147,10 +147,6 @@ from dex_agents_ray.session._spend import (
 )
 from dex_agents_ray.session._steps_tools import idempotency_key
 from dex_agents_ray.session._sync_client import SyncAgentSessionClient
-from dex_agents_ray.session._tracing_options import (
-    AgentTracingOptions,
-    GenAISemanticConventionsVersion,
-)
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentInterruptResolution,
@@ -185,6 +181,10 @@ from dex_agents_ray.session._values import (
     TurnReplySequence,
     TurnSessionSettings,
     json_ready,
+)
+from dex_agents_ray.session.tracing._options import (
+    AgentTracingOptions,
+    GenAISemanticConventionsVersion,
 )
 
 # The graph is data about the session Flow; its module (the spec's

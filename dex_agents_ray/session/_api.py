@@ -12,7 +12,6 @@ from typing import Any
 from dex_agents_ray.engine import RayTaskOptions
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session._policy import BuiltInTool, ToolEffect, ToolPolicy
-from dex_agents_ray.session._tracing_options import AgentTracingOptions
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentMessage,
@@ -23,6 +22,7 @@ from dex_agents_ray.session._values import (
     utc_now,
 )
 from dex_agents_ray.session._wire import coerce_fields
+from dex_agents_ray.session.tracing._options import AgentTracingOptions
 
 __all__ = [
     "CompactionPolicy",

@@ -23,6 +23,7 @@ from dex_agents_ray.session._api import (
     UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._compaction import ContextCompactionRunner
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._runner import AgentFrameworkRunner, PlanModeRunner
 from dex_agents_ray.session._schema import (
     AGENT_EVENTS_STREAM_NAME,
@@ -35,7 +36,6 @@ from dex_agents_ray.session._schema import (
     SHARED_PERSISTENCE,
     STEERED_USER_MESSAGES,
     TURN_CANCELLATION_REQUEST,
-    SessionConfig,
 )
 from dex_agents_ray.session._steps_tools import (
     CallSingleAttemptTool,

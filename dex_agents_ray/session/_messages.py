@@ -24,6 +24,7 @@ from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,
     AGENT_MESSAGE_INDEX,
     AGENT_MESSAGES,
+    CONTEXT_SUMMARY,
     message_sequence_key,
 )
 from dex_agents_ray.session._values import (
@@ -289,8 +290,6 @@ def apply_retention(context: Context, options: AgentSessionOptions, last_sequenc
     summary's ``last_sequence`` and ``retained_message_limit`` messages are stored
     after it (at most ``MAX_CHUNKS_PER_COMMIT`` per commit); returns how many went.
     Needs the chunk map loaded; without compaction or a limit nothing is deleted."""
-    from dex_agents_ray.session._schema import CONTEXT_SUMMARY
-
     limit = options.retained_message_limit
     summary = CONTEXT_SUMMARY.get(context)
     index = AGENT_MESSAGE_INDEX.get(context)

@@ -10,6 +10,7 @@ from dex import Context, RetryPolicy, Step, StepDurability, StepOptions
 
 from dex_agents_ray.engine import RayTaskOptions, RemoteStepOptions
 from dex_agents_ray.session._api import AgentEventType
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._policy import ToolEffect
 from dex_agents_ray.session._runner import (
     ToolCallStepOptions,
@@ -20,7 +21,6 @@ from dex_agents_ray.session._schema import (
     AGENT_TOOL_CALLS,
     PENDING_INTERRUPTS,
     TOOL_CALL_RESULTS,
-    SessionConfig,
 )
 from dex_agents_ray.session._values import (
     AgentInterrupt,
@@ -31,11 +31,14 @@ from dex_agents_ray.session._values import (
 )
 
 __all__ = [
+    "APPROVAL_DEADLINE_PASSED",
+    "QUESTION_DEADLINE_PASSED",
     "TOOL_STEP_HEARTBEAT_TIMEOUT",
     "TOOL_STEP_TIMEOUT",
     "finish_record",
     "interrupt_payload",
     "load_record",
+    "question_interrupt_id",
     "record_options",
     "sync_options",
     "tool_step_options",
@@ -51,6 +54,10 @@ TOOL_RETRY = RetryPolicy(
 """``CallTool`` and ``PollToolTask``: 3 attempts."""
 SINGLE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 """``CallSingleAttemptTool``: 1 attempt."""
+APPROVAL_DEADLINE_PASSED = "approval deadline passed"
+"""``rejection_message`` of an approval whose ``interrupt_deadline`` passed."""
+QUESTION_DEADLINE_PASSED = "question deadline passed"
+"""What the model sees for a question whose ``interrupt_deadline`` passed."""
 
 
 def sync_options(*, ray: RayTaskOptions | None = None, **fields: Any) -> StepOptions:
@@ -76,6 +83,11 @@ def load_record(context: Context, tool_call_id: str) -> AgentToolCall:
     if record is None:
         raise LookupError(f"no tool call record {tool_call_id!r}")
     return record
+
+
+def question_interrupt_id(record: AgentToolCall) -> str:
+    """``<tool_call_id>-input-<n>``: the interrupt ID of the tool's latest question."""
+    return f"{record.tool_call_id}-input-{record.input_request_count}"
 
 
 def _call_options(config: SessionConfig, record: AgentToolCall) -> ToolCallStepOptions:

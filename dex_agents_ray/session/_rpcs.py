@@ -28,6 +28,7 @@ from dex_agents_ray.session._api import (
     SteerUserMessageRequest,
     UpdateSessionSettingsRequest,
 )
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._control import cancelled
 from dex_agents_ray.session._messages import load_messages
 from dex_agents_ray.session._runner import ImageUserMessageBuilder
@@ -45,7 +46,6 @@ from dex_agents_ray.session._schema import (
     STEERED_USER_MESSAGES,
     TURN_CANCELLATION_REQUEST,
     TURN_CONTROL_REQUESTS,
-    SessionConfig,
     plan_execution_key,
 )
 from dex_agents_ray.session._settings import session_settings_problem

@@ -16,11 +16,12 @@ from datetime import timedelta
 from typing import Any
 
 import dex
-from dex import AsyncContext, Context, RetryPolicy, Step, StepDecision, StepOptions, Timer, Wait
+from dex import AsyncContext, Context, Step, StepDecision, StepOptions, Timer, Wait
 
 from dex_agents_ray.engine import StepAttemptProgress
 from dex_agents_ray.media import validate_image_references
 from dex_agents_ray.session._api import AgentEventType
+from dex_agents_ray.session._config import Heartbeats, SessionConfig, previous_checkpoint
 from dex_agents_ray.session._control import cancelled, control_reason
 from dex_agents_ray.session._movements import (
     cancel_task_movement,
@@ -37,7 +38,7 @@ from dex_agents_ray.session._policy import (
 from dex_agents_ray.session._records import (
     finish_record,
     load_record,
-    record_options,
+    question_interrupt_id,
     sync_options,
 )
 from dex_agents_ray.session._runner import (
@@ -53,18 +54,14 @@ from dex_agents_ray.session._runner import (
     implements,
     outcome_unknown_fields,
 )
-from dex_agents_ray.session._schema import (
-    AGENT_TOOL_CALLS,
-    Heartbeats,
-    SessionConfig,
-    previous_checkpoint,
-)
-from dex_agents_ray.session._tracing import tool_step
+from dex_agents_ray.session._schema import AGENT_TOOL_CALLS
+from dex_agents_ray.session._step_table import session_step
 from dex_agents_ray.session._values import (
     AgentToolCall,
     AgentToolCallStatus,
     CancellationReason,
 )
+from dex_agents_ray.session.tracing._decorators import tool_step
 
 __all__ = [
     "CallSingleAttemptTool",
@@ -73,17 +70,11 @@ __all__ = [
     "PollToolTask",
     "RecordToolFailure",
     "RecordToolOutcomeUnknown",
-    "cancel_task_options",
     "idempotency_key",
 ]
 
 MAX_POLL_INTERVAL_SECONDS = 86_400
 """Polls are at most a day apart."""
-
-
-def question_interrupt_id(record: AgentToolCall) -> str:
-    """``<tool_call_id>-input-<n>``: the interrupt ID of the tool's latest question."""
-    return f"{record.tool_call_id}-input-{record.input_request_count}"
 
 
 def idempotency_key(flow_id: str, record: AgentToolCall) -> str:
@@ -269,6 +260,7 @@ class _ToolStep(Step[str]):
         return sync_options()
 
 
+@session_step
 class CallTool(_ToolStep):
     """Runs one ``read`` or ``idempotent_write`` call: 3 attempts, then ``RecordToolFailure``."""
 
@@ -277,6 +269,7 @@ class CallTool(_ToolStep):
         return await _run_tool(self, context, input)
 
 
+@session_step
 class CallSingleAttemptTool(_ToolStep):
     """Runs one ``non_idempotent_write`` or ``unclassified`` call: 1 attempt, then
     ``RecordToolOutcomeUnknown``."""
@@ -286,6 +279,7 @@ class CallSingleAttemptTool(_ToolStep):
         return await _run_tool(self, context, input)
 
 
+@session_step
 class PollToolTask(_ToolStep):
     """Waits for the poll interval (or at once after an answer), then polls the task once."""
 
@@ -398,6 +392,7 @@ def _record_failure(
     return dex.dead_end()
 
 
+@session_step
 class RecordToolFailure(_ToolStep):
     """Failure route of ``CallTool`` (and of a read's ``PollToolTask``)."""
 
@@ -405,6 +400,7 @@ class RecordToolFailure(_ToolStep):
         return _record_failure(context, self.config, input, by_effect=True)
 
 
+@session_step
 class RecordToolOutcomeUnknown(_ToolStep):
     """Failure route of ``CallSingleAttemptTool`` (and its ``PollToolTask``, ``CancelToolTask``)."""
 
@@ -412,6 +408,7 @@ class RecordToolOutcomeUnknown(_ToolStep):
         return _record_failure(context, self.config, input, by_effect=False)
 
 
+@session_step
 class CancelToolTask(_ToolStep):
     """Abandons a started task: asks the runner to cancel it, records ``outcome_unknown``."""
 
@@ -439,19 +436,3 @@ class CancelToolTask(_ToolStep):
             error="the turn was cancelled while the tool's task ran",
         )
         return dex.dead_end()
-
-
-def cancel_task_options(tool_call_id: str) -> StepOptions:
-    """Per-movement options of ``CancelToolTask`` (``cancel_turn`` abandons a started
-    task): 3 attempts in 2 minutes, 30 s timeout, failure route
-    ``RecordToolOutcomeUnknown``."""
-    load = (AGENT_TOOL_CALLS.load(tool_call_id),)
-    return sync_options(
-        execute_method_timeout=timedelta(seconds=30),
-        execute_retry=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_attempts=3,
-            total_duration=timedelta(minutes=2),
-        ),
-        execute_load_attribute_map_instances=load,
-    ).on_execute_failure_proceed_to(RecordToolOutcomeUnknown, options=record_options(tool_call_id))

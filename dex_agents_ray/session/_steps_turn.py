@@ -15,7 +15,6 @@ ended and do nothing).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import logging
 from collections.abc import Sequence
@@ -34,11 +33,15 @@ from dex_agents_ray.session._compaction import (
     ContextSummaryRequest,
     ContextSummaryResult,
 )
+from dex_agents_ray.session._config import Heartbeats, SessionConfig
 from dex_agents_ray.session._control import cancelled, control_reason, steered, wake_waiting_calls
-from dex_agents_ray.session._messages import apply_retention, chunks_after
+from dex_agents_ray.session._messages import apply_retention
 from dex_agents_ray.session._movements import (
     cancel_task_movement,
+    model_movement,
+    model_step_options,
     question_movement,
+    run_model_movement,
     timer_movement,
 )
 from dex_agents_ray.session._policy import (
@@ -71,8 +74,6 @@ from dex_agents_ray.session._schema import (
     TOOL_CALL_RESULTS,
     TURN_CANCELLATION_REQUEST,
     TURN_CONTROL_REQUESTS,
-    Heartbeats,
-    SessionConfig,
     plan_execution_key,
 )
 from dex_agents_ray.session._settings import (
@@ -85,8 +86,8 @@ from dex_agents_ray.session._spend import (
     ModelSpendDecision,
     ModelSpendRequest,
 )
+from dex_agents_ray.session._step_table import session_step
 from dex_agents_ray.session._tool_requests import start_queued_write
-from dex_agents_ray.session._tracing import activation_step, model_step, note_model_result
 from dex_agents_ray.session._turns import (
     apply_outcome,
     begin_turn,
@@ -114,6 +115,8 @@ from dex_agents_ray.session._values import (
     ToolCallCompleted,
     utc_now,
 )
+from dex_agents_ray.session.tracing._decorators import activation_step, model_step
+from dex_agents_ray.session.tracing._notes import note_model_result
 
 logger = logging.getLogger("dex_agents_ray.session")
 
@@ -165,6 +168,7 @@ class _TurnStep(Step[Any]):
         self.config = config
 
 
+@session_step
 class StartAgentSession(_TurnStep):
     """Start Step: initializes state, usage and interrupts; starts the first turn."""
 
@@ -191,6 +195,7 @@ class StartAgentSession(_TurnStep):
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
+@session_step
 @effect_free
 class AwaitUserMessage(_TurnStep):
     """Waits for, in this order, a steer, a queued user message, and (while the plan
@@ -268,12 +273,13 @@ class AwaitUserMessage(_TurnStep):
         begin_turn(context, config, state, message, mode=InteractionMode.EXECUTING)
 
 
+@session_step
 class RunModel(_TurnStep):
     """One model call: 15 min timeout, 2 min heartbeat timeout, 3 attempts in 30 min,
     failure route ``RecordTurnFailure``."""
 
     def get_step_options(self) -> StepOptions | None:
-        return _model_step_options(self.config)
+        return model_step_options(self.config)
 
     @model_step
     async def execute(self, context: AsyncContext, input: None) -> StepDecision:  # type: ignore[override]
@@ -312,6 +318,7 @@ class RunModel(_TurnStep):
         return apply_outcome(context, config, state, turn, outcome)
 
 
+@session_step
 class CompactContext(Step[CompactContextInput]):
     """Calls ``summarize_context`` once and stores ``ContextSummary``, then goes back
     to ``RunModel``; ``RunModel``'s timeouts, attempts and failure route. A crash
@@ -321,7 +328,7 @@ class CompactContext(Step[CompactContextInput]):
         self.config = config
 
     def get_step_options(self) -> StepOptions | None:
-        return _model_step_options(self.config)
+        return model_step_options(self.config)
 
     @model_step
     async def execute(self, context: AsyncContext, input: CompactContextInput) -> StepDecision:  # type: ignore[override]
@@ -397,6 +404,7 @@ class CompactContext(Step[CompactContextInput]):
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
+@session_step
 @effect_free
 class ResumeTurn(Step[int]):
     """Waits for the results of the response's tool calls, then calls the model again."""
@@ -436,6 +444,7 @@ class ResumeTurn(Step[int]):
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
+@session_step
 class RecordTurnFailure(_TurnStep):
     """``RunModel``'s failure route: records ``last_turn_error`` and ends the turn."""
 
@@ -459,6 +468,7 @@ class RecordTurnFailure(_TurnStep):
         return fail_turn(context, config, state, error, turn)
 
 
+@session_step
 class ApplyTurnControl(Step[str]):
     """Ends a steered or cancelled turn and starts the next one with every steered
     message, in order; consumes every steered message and stale wake.
@@ -527,6 +537,7 @@ class ApplyTurnControl(Step[str]):
         return dex.go_to_many(run_model_movement(context, self.config))
 
 
+@session_step
 class FinishTurnCancellation(Step[str]):
     """What ``cancel_turn`` starts: ends a turn whose model call it cancelled, or
     settles each call whose wait it cancelled, and hands started tasks to
@@ -657,49 +668,6 @@ async def _record_spend(
         logger.warning(
             "session %s: the spend limit's record failed", request.flow_id, exc_info=True
         )
-
-
-def run_model_movement(context: Context, config: SessionConfig) -> dex.StepMovement[Any]:
-    """The movement to ``RunModel`` (see ``model_movement``)."""
-    return model_movement(context, config, RunModel, None)
-
-
-def model_movement(
-    context: Context, config: SessionConfig, step: type[Step[Any]], input: Any
-) -> dex.StepMovement[Any]:
-    """A movement to ``RunModel`` or ``CompactContext``. Once the session has a
-    summary it loads only the chunks after it (through per-movement load
-    options), so a long session's model Steps read a bounded part of it."""
-    summary = CONTEXT_SUMMARY.get(context)
-    if summary is None:
-        return dex.StepMovement.of(step, input)
-    loads = tuple(
-        AGENT_MESSAGE_CHUNKS.load(key) for key in chunks_after(context, summary.last_sequence)
-    )
-    options = dataclasses.replace(
-        _model_step_options(config),
-        execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_TOOL_CALLS),
-        execute_load_attribute_map_instances=loads,
-    )
-    return dex.StepMovement.of(step, input, options=options)
-
-
-def _model_step_options(config: SessionConfig) -> StepOptions:
-    """``RunModel``'s (and ``CompactContext``'s) options: the limit's timeouts and
-    attempts, the failure route ``RecordTurnFailure``, every message loaded."""
-    limit = config.options.run_model_limit
-    return sync_options(
-        ray=config.options.model_ray_options,
-        execute_method_timeout=limit.timeout,
-        heartbeat_timeout=limit.heartbeat_timeout,
-        execute_retry=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            backoff_coefficient=2.0,
-            maximum_attempts=limit.maximum_attempts,
-            total_duration=limit.retry_budget,
-        ),
-        execute_load_attribute_maps=(AGENT_MESSAGES, AGENT_MESSAGE_CHUNKS, AGENT_TOOL_CALLS),
-    ).on_execute_failure_proceed_to(RecordTurnFailure)
 
 
 async def _compaction_cutoff(

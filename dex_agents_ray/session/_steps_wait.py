@@ -19,6 +19,7 @@ from dex import AsyncContext, Context, Step, StepDecision, StepOptions, Timer, W
 from dex.runtime_errors import AttributeMapNotLoadedError
 
 from dex_agents_ray.session._api import AgentEventType
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._control import control_reason
 from dex_agents_ray.session._movements import (
     approval_movement,
@@ -29,9 +30,12 @@ from dex_agents_ray.session._movements import (
 )
 from dex_agents_ray.session._policy import BuiltInTool
 from dex_agents_ray.session._records import (
+    APPROVAL_DEADLINE_PASSED,
+    QUESTION_DEADLINE_PASSED,
     finish_record,
     interrupt_payload,
     load_record,
+    question_interrupt_id,
     sync_options,
 )
 from dex_agents_ray.session._runner import DECLINED_TEXT
@@ -40,10 +44,8 @@ from dex_agents_ray.session._schema import (
     INTERRUPT_RESOLUTIONS,
     PENDING_INTERRUPTS,
     TOOL_CALL_CANCELLATIONS,
-    SessionConfig,
 )
-from dex_agents_ray.session._steps_tools import question_interrupt_id
-from dex_agents_ray.session._tracing import approval_step
+from dex_agents_ray.session._step_table import session_step
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentInterruptResolution,
@@ -55,20 +57,14 @@ from dex_agents_ray.session._values import (
     ToolCallCancellation,
     utc_now,
 )
+from dex_agents_ray.session.tracing._decorators import approval_step
 
 __all__ = [
-    "APPROVAL_DEADLINE_PASSED",
-    "QUESTION_DEADLINE_PASSED",
     "AwaitQuestionAnswer",
     "AwaitTimer",
     "AwaitToolApproval",
     "pending_interrupt",
 ]
-
-APPROVAL_DEADLINE_PASSED = "approval deadline passed"
-"""``rejection_message`` of an approval whose ``interrupt_deadline`` passed."""
-QUESTION_DEADLINE_PASSED = "question deadline passed"
-"""What the model sees for a question whose ``interrupt_deadline`` passed."""
 
 
 def pending_interrupt(context: Context, interrupt_id: str) -> AgentInterrupt | None:
@@ -202,6 +198,7 @@ class _WaitStep(Step[str]):
         return dex.dead_end()
 
 
+@session_step
 class AwaitToolApproval(_WaitStep):
     """Waits for ``resolve_interrupt`` of one call, or its deadline."""
 
@@ -265,6 +262,7 @@ def _answer_output(answer: str) -> str:
     return json.dumps({"status": "answered", "answer": answer}, separators=(",", ":"))
 
 
+@session_step
 class AwaitQuestionAnswer(_WaitStep):
     """Raises a tool's question, then waits for ``answer_question``, a decline, or the deadline."""
 
@@ -440,6 +438,7 @@ def wait_output(seconds: int, reason: str) -> str:
     )
 
 
+@session_step
 class AwaitTimer(_WaitStep):
     """Holds one ``durable_wait`` on a durable Timer; no process holds the wait."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +23,7 @@ from dex_agents_ray.session._builtin_tools import (
     parse_durable_wait,
     parse_write_todos,
 )
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._movements import (
     approval_movement,
     question_movement,
@@ -37,9 +38,7 @@ from dex_agents_ray.session._schema import (
     AGENT_TOOL_CALLS,
     AGENT_TRACE_CONTEXT,
     PENDING_INTERRUPTS,
-    SessionConfig,
 )
-from dex_agents_ray.session._tracing import note_tool_calls_created
 from dex_agents_ray.session._values import (
     AgentInterrupt,
     AgentPlan,
@@ -50,6 +49,7 @@ from dex_agents_ray.session._values import (
     PlanTodo,
     TodoStatus,
 )
+from dex_agents_ray.session.tracing._notes import note_tool_calls_created
 
 __all__ = ["TurnRequestError", "check_tool_calls", "defer_tool_calls"]
 
@@ -222,8 +222,6 @@ def _defer_ordinary(deferral: _Deferral, record: AgentToolCall) -> None:
 
 
 def _with(record: AgentToolCall, **changes: Any) -> AgentToolCall:
-    from dataclasses import replace
-
     return replace(record, **changes)
 
 

@@ -12,12 +12,14 @@ from dex import AsyncContext, Context, StepDecision
 
 from dex_agents_ray.media import validate_image_references
 from dex_agents_ray.session._api import AgentEventType
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._messages import (
     MessageTooLargeError,
     append_messages,
     apply_retention,
     load_messages,
 )
+from dex_agents_ray.session._movements import run_model_movement
 from dex_agents_ray.session._runner import (
     AgentEventWriter,
     AgentTurnContext,
@@ -39,8 +41,8 @@ from dex_agents_ray.session._schema import (
     SESSION_SETTINGS,
     TURN_REPLY_SEQUENCE,
     TURN_SESSION_SETTINGS,
-    SessionConfig,
 )
+from dex_agents_ray.session._step_table import step
 from dex_agents_ray.session._tool_requests import (
     TurnRequestError,
     check_tool_calls,
@@ -304,10 +306,10 @@ def fail_turn(
     """End the active turn as failed: unfinished-turn messages, the note, cleared records."""
     if state.active_turn_id is None:
         AGENT_STATE.set(context, replace(state, last_turn_error=error))
-        return dex.go_to(_await_user_message(), None)
+        return dex.go_to(step("AwaitUserMessage"), None)
     state = _store_unfinished(context, config, state, turn)
     _end_turn(context, config, state, error=error)
-    return dex.go_to(_await_user_message(), None)
+    return dex.go_to(step("AwaitUserMessage"), None)
 
 
 def end_controlled_turn(
@@ -375,18 +377,6 @@ def _store_unfinished(
         return _store(context, config, state, note)
 
 
-def _await_user_message() -> Any:
-    from dex_agents_ray.session._steps_turn import AwaitUserMessage
-
-    return AwaitUserMessage
-
-
-def _run_model() -> Any:
-    from dex_agents_ray.session._steps_turn import ResumeTurn, RunModel
-
-    return RunModel, ResumeTurn
-
-
 def apply_outcome(
     context: Context,
     config: SessionConfig,
@@ -421,7 +411,7 @@ def _apply_outcome(
         if error is not None and not isinstance(error, str):
             raise TypeError("TurnCompleted.turn_error must be a str or None")
         _end_turn(context, config, state, error=error or None)
-        return dex.go_to(_await_user_message(), None)
+        return dex.go_to(step("AwaitUserMessage"), None)
     if isinstance(outcome, TurnContinued):
         _require_run_state(outcome.framework_run_state, "TurnContinued")
         messages = require_messages(list(outcome.new_messages), "TurnContinued.new_messages")
@@ -431,8 +421,6 @@ def _apply_outcome(
             return fail_turn(context, config, state, NEW_MESSAGES_WITHOUT_BUILDER, None)
         FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
         AGENT_STATE.set(context, state)
-        from dex_agents_ray.session._steps_turn import run_model_movement
-
         return dex.go_to_many(run_model_movement(context, config))
     if isinstance(outcome, ToolCallsRequested):
         return _apply_tool_calls(context, config, state, turn, outcome, has_builder)
@@ -481,5 +469,5 @@ def _apply_tool_calls(
     )
     FRAMEWORK_RUN_STATE.set(context, outcome.framework_run_state)
     AGENT_STATE.set(context, replace(state, status=AgentStatus.RUNNING_TOOLS))
-    _, resume_turn = _run_model()
-    return dex.go_to_many(*movements, dex.StepMovement.of(resume_turn, len(calls) - queued))
+    resume_turn = dex.StepMovement.of(step("ResumeTurn"), len(calls) - queued)
+    return dex.go_to_many(*movements, resume_turn)

@@ -1,4 +1,4 @@
-"""A Step's background heartbeats (``session/_schema.py`` ``Heartbeats.running``)."""
+"""A Step's background heartbeats (``session/_config.py`` ``Heartbeats.running``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from dex_agents_ray.session import _schema
-from dex_agents_ray.session._schema import Heartbeats
+from dex_agents_ray.session import _config
+from dex_agents_ray.session._config import Heartbeats
 
 
 class _Context:
@@ -42,7 +42,7 @@ async def test_a_block_shorter_than_the_interval_beats_never_and_starts_no_task(
 async def test_a_long_block_beats_every_interval_with_its_checkpoint_and_stops_at_its_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_schema, "HEARTBEAT_INTERVAL", timedelta(milliseconds=5))
+    monkeypatch.setattr(_config, "HEARTBEAT_INTERVAL", timedelta(milliseconds=5))
     context = _Context(wanted=3)
     beats = Heartbeats(cast(Any, context), "cp-1")
     async with beats.running():

@@ -19,7 +19,7 @@ from dex_agents_ray import (
     ToolEffect,
     ToolPolicy,
 )
-from dex_agents_ray.session._steps_wait import APPROVAL_DEADLINE_PASSED
+from dex_agents_ray.session._records import APPROVAL_DEADLINE_PASSED
 from tests.engine.polling import until
 from tests.session.agents import Call, Reply, build_flow
 from tests.session.polling import snapshot_when, turn_done

@@ -45,8 +45,8 @@ async def main(mode: str) -> None:
         sys.meta_path.insert(0, _Hide())
     import dex_agents_ray  # noqa: F401
     from dex_agents_ray import AgentSessionOptions, AgentTracingOptions
-    from dex_agents_ray.session._schema import SessionConfig
-    from dex_agents_ray.session._tracing import _hooks, activation_step, approval_step
+    from dex_agents_ray.session._config import SessionConfig
+    from dex_agents_ray.session.tracing._decorators import _hooks, activation_step, approval_step
 
     enabled = mode == "hidden"
     options = AgentSessionOptions(tracing=AgentTracingOptions(is_enabled=enabled))

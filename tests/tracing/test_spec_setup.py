@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from dex_agents_ray import AgentSessionClient, AgentTracingOptions
-from dex_agents_ray.session._tracing_options import span_relay_address
+from dex_agents_ray.session.tracing._relay_address import span_relay_address
 from tests.session.polling import eventually, snapshot_when, turn_done
 from tests.tracing.agents import AGENT_NAME, build_flow
 from tests.tracing.otlp_receiver import OtlpReceiver
@@ -234,7 +234,7 @@ def test_a_copy_in_the_process_that_built_the_options_uses_its_provider(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import SpanKind
 
-    from dex_agents_ray.session._tracing_otel import OtelTracer
+    from dex_agents_ray.session.tracing._otel import OtelTracer
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

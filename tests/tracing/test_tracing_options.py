@@ -13,7 +13,7 @@ from dex_agents_ray import (
     AgentTracingOptions,
     GenAISemanticConventionsVersion,
 )
-from dex_agents_ray.session._tracing_otel import format_traceparent, parse_traceparent
+from dex_agents_ray.session.tracing._otel import format_traceparent, parse_traceparent
 from tests.tracing.support import SinkFactory
 
 

@@ -7,12 +7,9 @@ Each traced Step's ``execute`` carries one decorator: ``activation_step``
 ``PollToolTask``). The decorator looks the Step's hooks up once per process and
 Flow definition; with tracing disabled and Ray metrics off it only forgets a
 stored trace context (an activation root must, see the spec) and calls the
-Step. OpenTelemetry is imported (by ``_tracing_otel``) only when tracing is
-enabled and the API is installed.
-
-``note_model_result`` is the one call inside a Step body: ``RunModel`` and
-``CompactContext`` hand it what the runner returned, so the ``chat`` span gets
-the call's metadata and usage.
+Step. OpenTelemetry is imported (by ``_otel``) only when tracing is enabled
+and the API is installed. What a Step's body tells its spans goes through
+``_notes``.
 """
 
 from __future__ import annotations
@@ -20,29 +17,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from dex import AsyncContext, Context, StepDecision
+from dex import AsyncContext, StepDecision
 
-from dex_agents_ray.session._schema import AGENT_TRACE_CONTEXT, SessionConfig
-
-if TYPE_CHECKING:
-    from dex_agents_ray.session._tracing_hooks import StepHooks
+from dex_agents_ray.session._config import SessionConfig
+from dex_agents_ray.session.tracing._notes import forget_trace_context
+from dex_agents_ray.session.tracing._step_hooks import StepHooks, untraced_approval
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 
-__all__ = [
-    "METRICS_ENV",
-    "ModelResultNote",
-    "activation_step",
-    "approval_step",
-    "forget_trace_context",
-    "model_step",
-    "note_model_result",
-    "tool_step",
-]
+__all__ = ["METRICS_ENV", "activation_step", "approval_step", "model_step", "tool_step"]
 
 METRICS_ENV = "DEX_AGENTS_RAY_METRICS"
 """Set to ``0`` in a process's environment to turn the session's Ray metrics off."""
@@ -50,51 +36,6 @@ METRICS_ENV = "DEX_AGENTS_RAY_METRICS"
 _S = TypeVar("_S")
 _I = TypeVar("_I")
 Execute = Callable[[_S, AsyncContext, _I], Awaitable[StepDecision]]
-
-
-class ModelResultNote:
-    """Where ``note_model_result`` leaves the runner's result for the ``chat`` span."""
-
-    __slots__ = (
-        "approvals_raised",
-        "created_tool_calls",
-        "records",
-        "result",
-        "summarized_through",
-    )
-
-    def __init__(self) -> None:
-        self.result: object = None
-        self.records: list[Any] = []
-        """The tool call records the call saw (only when content is captured)."""
-        self.summarized_through = 0
-        """The summary's last sequence before the call (only when content is captured)."""
-        self.created_tool_calls: list[str] = []
-        """The IDs of the tool call records the call's result created."""
-        self.approvals_raised = 0
-        """How many of those wait for an approval."""
-
-
-MODEL_RESULT: ContextVar[ModelResultNote | None] = ContextVar(
-    "dex_agents_ray_model_result", default=None
-)
-
-
-def note_model_result(result: object) -> None:
-    """Hand the runner's result of this attempt's model call to its ``chat`` span."""
-    note = MODEL_RESULT.get()
-    if note is not None:
-        note.result = result
-
-
-def note_tool_calls_created(tool_call_ids: Sequence[str], approvals: int) -> None:
-    """Tell this attempt's ``chat`` span and metrics which tool call records its
-    result created, and how many of them wait for an approval."""
-    note = MODEL_RESULT.get()
-    if note is not None:
-        note.created_tool_calls.extend(tool_call_ids)
-        note.approvals_raised += approvals
-
 
 _NO_HOOKS: Any = object()
 _hooks_by_config: dict[int, tuple[SessionConfig, Any]] = {}
@@ -117,19 +58,10 @@ def _build_hooks(config: SessionConfig) -> Any:
     if not tracing.is_enabled and not metrics:
         return _NO_HOOKS
     try:
-        from dex_agents_ray.session._tracing_hooks import StepHooks
-
         return StepHooks(config, tracing=tracing.is_enabled, metrics=metrics)
     except Exception:
         logger.warning("tracing and metrics are off in this process", exc_info=True)
         return _NO_HOOKS
-
-
-def forget_trace_context(context: Context) -> None:
-    """An activation root without a valid span context deletes the stored one, so
-    the activation's later spans do not join the previous activation's trace."""
-    if AGENT_TRACE_CONTEXT.get(context) is not None:
-        AGENT_TRACE_CONTEXT.delete(context)
 
 
 def activation_step(fn: Execute[_S, _I]) -> Execute[_S, _I]:
@@ -153,8 +85,6 @@ def approval_step(fn: Execute[_S, _I]) -> Execute[_S, _I]:
     async def execute(self: Any, context: AsyncContext, input: Any) -> StepDecision:
         hooks = _hooks(self.config)
         if hooks is None:
-            from dex_agents_ray.session._tracing_hooks import untraced_approval
-
             return await untraced_approval(fn, self, context, input)
         return await hooks.approval(fn, self, context, input)
 

@@ -7,7 +7,7 @@ starts an activation (it ends with the Step; its ``traceparent`` goes into
 the root has no valid context), a ``chat`` span when a model Step attempt
 ends, and an ``execute_tool`` span, current while the tool runs, per tool Step
 attempt, parented from the call's record. Nothing here changes what a Step
-returns: every OpenTelemetry call is guarded (``_tracing_otel``), and a failure
+returns: every OpenTelemetry call is guarded (``_otel``), and a failure
 of this module's own bookkeeping is logged and skipped the same way.
 """
 
@@ -22,8 +22,11 @@ from typing import Any
 
 from dex import AsyncContext, Context, StepDecision
 
+from dex_agents_ray.engine import on_clean_exit
 from dex_agents_ray.session._compaction import CompactContextInput, ContextSummaryResult
+from dex_agents_ray.session._config import SessionConfig
 from dex_agents_ray.session._messages import load_messages
+from dex_agents_ray.session._records import APPROVAL_DEADLINE_PASSED
 from dex_agents_ray.session._runner import ToolCallsRequested, TurnCompleted
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGES,
@@ -33,11 +36,8 @@ from dex_agents_ray.session._schema import (
     CONTEXT_SUMMARY,
     INTERRUPT_RESOLUTIONS,
     TURN_REPLY_SEQUENCE,
-    SessionConfig,
     message_sequence_key,
 )
-from dex_agents_ray.session._tracing import MODEL_RESULT, ModelResultNote, forget_trace_context
-from dex_agents_ray.session._tracing_options import GenAISemanticConventionsVersion
 from dex_agents_ray.session._values import (
     AgentMessage,
     AgentState,
@@ -46,6 +46,13 @@ from dex_agents_ray.session._values import (
     AgentUsage,
     MessageRole,
 )
+from dex_agents_ray.session.tracing._metrics import SessionMetrics
+from dex_agents_ray.session.tracing._notes import (
+    MODEL_RESULT,
+    ModelResultNote,
+    forget_trace_context,
+)
+from dex_agents_ray.session.tracing._options import GenAISemanticConventionsVersion
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 
@@ -53,7 +60,6 @@ __all__ = ["StepHooks", "untraced_approval"]
 
 Execute = Callable[[Any, AsyncContext, Any], Awaitable[StepDecision]]
 Attributes = dict[str, Any]
-APPROVAL_DEADLINE_PASSED = "approval deadline passed"  # _steps_wait's text (import cycle)
 
 _bookkeeping_failed = False
 
@@ -160,7 +166,7 @@ class StepHooks:
         self.tracer: Any = None
         if tracing:
             try:
-                from dex_agents_ray.session._tracing_otel import OtelTracer
+                from dex_agents_ray.session.tracing._otel import OtelTracer
             except ImportError:  # no OpenTelemetry API: roots store no context
                 pass
             else:
@@ -169,8 +175,6 @@ class StepHooks:
         self.tracing = tracing
         self.metrics: Any = None
         if metrics:
-            from dex_agents_ray.session._metrics import SessionMetrics
-
             self.metrics = SessionMetrics()
 
     def _live(self) -> bool:
@@ -602,8 +606,7 @@ def _register_flush() -> None:
     global _flush_registered
     if _flush_registered:
         return
-    from dex_agents_ray.engine import on_clean_exit
-    from dex_agents_ray.session._tracing_otel import flush_providers
+    from dex_agents_ray.session.tracing._otel import flush_providers
 
     on_clean_exit(flush_providers)
     _flush_registered = True

@@ -48,8 +48,8 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from opentelemetry.trace.span import TraceState
 
 from dex_agents_ray.engine import on_clean_exit
-from dex_agents_ray.session._tracing_options import SpanRelayAddress
-from dex_agents_ray.session._tracing_otel import report_failure
+from dex_agents_ray.session.tracing._failures import report_failure
+from dex_agents_ray.session.tracing._relay_address import SpanRelayAddress
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 

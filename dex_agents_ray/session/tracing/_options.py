@@ -3,7 +3,7 @@
 A pickled ``AgentTracingOptions`` carries a ``SpanRelayAddress`` in place of its
 live provider: pickling in the process that built the options (the driver, when
 ``FlowEngine.start`` stores the Flow) opens a span relay there
-(``_tracing_relay``), so the Steps that run in hosts, executors and Ray tasks
+(``_relay``), so the Steps that run in hosts, executors and Ray tasks
 send their finished spans back to that process's provider.
 """
 
@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = [
-    "AgentTracingOptions",
-    "GenAISemanticConventionsVersion",
-    "SpanRelayAddress",
-    "span_relay_address",
-]
+# A run-time import: stored Flows may name ``SpanRelayAddress`` by this module's old path.
+from dex_agents_ray.session.tracing._relay_address import SpanRelayAddress
+
+__all__ = ["AgentTracingOptions", "GenAISemanticConventionsVersion"]
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 
@@ -38,30 +36,6 @@ def _new_process_token() -> None:
 
 if hasattr(os, "register_at_fork"):  # a forked child is another process
     os.register_at_fork(after_in_child=_new_process_token)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SpanRelayAddress:
-    """Where the Steps of other processes send spans for the provider of the
-    process that built the options: a Ray actor that process owns and drains."""
-
-    actor_name: str
-    """The relay actor's name; it dies with the process that owns it."""
-    namespace: str
-    """The Ray namespace of the relay actor."""
-    origin: str
-    """The owning process, for log messages (``pid 123 on host-a``)."""
-    explicit: bool
-    """``True``: ``tracer_provider`` was given; ``False``: the origin's global provider,
-    which a process's own global provider (``worker_process_setup_hook``) overrides."""
-    sampler: bytes | None
-    """The origin provider's sampler, pickled; ``None``: ``ParentBased(ALWAYS_ON)``."""
-
-
-def span_relay_address(options: AgentTracingOptions) -> SpanRelayAddress | None:
-    """The relay a pickled copy of ``options`` carries; ``None`` on the original."""
-    address = options.__dict__.get("_span_relay")
-    return address if isinstance(address, SpanRelayAddress) else None
 
 
 class GenAISemanticConventionsVersion(StrEnum):
@@ -187,7 +161,7 @@ class AgentTracingOptions:
                 )
             return None
         try:
-            from dex_agents_ray.session._tracing_relay import open_relay
+            from dex_agents_ray.session.tracing._relay import open_relay
 
             return open_relay(self.tracer_provider)
         except Exception:

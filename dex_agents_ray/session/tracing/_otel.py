@@ -2,9 +2,7 @@
 
 Imported only when tracing is enabled and ``opentelemetry-api`` is installed.
 A failure inside OpenTelemetry (a span processor or exporter that raises) is
-logged on ``dex_agents_ray.tracing`` (the first one in a process as a warning
-with its traceback, later ones at debug) and that span is skipped; the Step
-never sees it.
+logged (``_failures``) and that span is skipped; the Step never sees it.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import atexit
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -28,7 +26,11 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from dex_agents_ray.session._tracing_options import AgentTracingOptions, span_relay_address
+from dex_agents_ray.session.tracing._failures import report_failure
+from dex_agents_ray.session.tracing._relay_address import span_relay_address
+
+if TYPE_CHECKING:
+    from dex_agents_ray.session.tracing._options import AgentTracingOptions
 
 logger = logging.getLogger("dex_agents_ray.tracing")
 
@@ -47,21 +49,8 @@ _VERSION = "0.1.0"
 AttributeValue = str | bool | int | float | Sequence[str]
 
 _lock = threading.Lock()
-_failures = 0
 _providers: dict[Any, Any] = {}
 _atexit_registered = False
-
-
-def report_failure(what: str) -> None:
-    """Log a failed OpenTelemetry call (call from an ``except`` block)."""
-    global _failures
-    with _lock:
-        _failures += 1
-        first = _failures == 1
-    if first:
-        logger.warning("tracing: %s failed; the span is skipped", what, exc_info=True)
-    else:
-        logger.debug("tracing: %s failed; the span is skipped", what, exc_info=True)
 
 
 def format_traceparent(span_context: SpanContext) -> str:
@@ -121,7 +110,7 @@ def _relayed_provider(options: AgentTracingOptions) -> Any:
     if provider is not None:
         return provider
     try:
-        from dex_agents_ray.session._tracing_relay import relayed_provider
+        from dex_agents_ray.session.tracing._relay import relayed_provider
     except ImportError:
         logger.warning(
             "tracing: opentelemetry-sdk is not installed in this process, so its spans "

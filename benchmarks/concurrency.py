@@ -220,6 +220,15 @@ def memory_mib() -> dict[str, tuple[float, float]]:
     return found
 
 
+def process_counts() -> dict[str, int]:
+    """Role -> how many processes it has now (the driver is one)."""
+    found = dict.fromkeys(ROLES, 0)
+    found["driver"] = 1
+    for process in ray_processes():
+        found[role(process)] += 1
+    return found
+
+
 def ray_total(memory: dict[str, tuple[float, float]]) -> tuple[float, float]:
     """The RSS and PSS of the Ray processes (the driver left out)."""
     kept = [v for k, v in memory.items() if k != "driver"]
@@ -253,6 +262,8 @@ class Result:
     pss_growth_mib: float
     pss_growth_by_role: dict[str, float]
     """PSS growth since the warmed engine per role, in MiB (the driver's included)."""
+    processes: dict[str, tuple[int, int]]
+    """Role -> its processes before the run and after it."""
     cpu_s: dict[str, float]
     machine_busy: float
     """The share of the machine's CPU time that was not idle during the run
@@ -303,6 +314,7 @@ async def run_one(count: int, latency: float, turns: int, workdir: Path, profile
         sessions = AgentSessionClient(engine.client, flow)
         await warm(engine, sessions)
         memory_before = memory_mib()
+        processes_before = process_counts()
         cpu_before = cpu_by_process()
         machine_before = psutil.cpu_times()
         clock = Clock()
@@ -329,6 +341,7 @@ async def run_one(count: int, latency: float, turns: int, workdir: Path, profile
             pss_mib=pss,
             pss_growth_mib=pss - ray_total(memory_before)[1],
             pss_growth_by_role={k: memory[k][1] - memory_before[k][1] for k in ROLES},
+            processes={k: (processes_before[k], n) for k, n in process_counts().items()},
             cpu_s=cpu,
             machine_busy=machine_busy,
             load=os.getloadavg()[0],
@@ -372,10 +385,13 @@ def print_table(results: list[Result]) -> None:
     print(
         "RSS, PSS: every process of the run's Ray (not the driver) after the last turn, "
         "every session resident, over N;\nPSS growth: since the warmed engine, by process "
-        "(MiB; the driver's apart):"
+        "(MiB; the driver's apart; processes before -> after):"
     )
     for r in results:
-        parts = ", ".join(f"{k} {r.pss_growth_by_role[k]:,.0f}" for k in ROLES)
+        parts = ", ".join(
+            f"{k} {r.pss_growth_by_role[k]:,.0f} ({r.processes[k][0]} -> {r.processes[k][1]})"
+            for k in ROLES
+        )
         print(f"  N={r.sessions:,}: {parts}")
 
 

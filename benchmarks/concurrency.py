@@ -13,15 +13,22 @@ nothing. Printed per run: wall against the ideal, efficiency, a turn's p50 and
 p99 against the ideal turn (2 x LAT), turns/s against the ideal (N / (2 x LAT)),
 and memory per resident session: the RSS and PSS of every process of the run's
 Ray (GCS, raylet, agents, host and executor actors; not the driver) over N,
-and the PSS growth since the warmed engine over N. Then the CPU each kind of
-process spent during the run (where the time goes), and the issue's targets
-with met / NOT met.
+and the PSS growth since the warmed engine over N (by kind of process, with the
+executors the pool started under the load). Then the CPU each kind of process
+spent during the run, per turn (where the time goes), the turns/s and the
+efficiency that CPU allows on this machine's cores (what a quiet machine would
+reach when CPU is all that limits; on a shared machine the measured efficiency
+is about that times this run's share of the cores), and the issue's targets with
+met / NOT met and the CPU a turn may take for each.
 
 Each run has a Ray of its own (``address="local"``) and a fresh SQLite store in
 a temporary directory, with the engine's default configuration (shared hosts);
 every shared host is warmed by one session before the run. The defaults match
 the issue: (500 sessions, LAT 1 s, 3 turns), (2,000, 2 s, 2), (5,000, 2 s, 2);
 another N gets LAT 2 s and 2 turns unless ``--latency`` / ``--turns`` say.
+``--quick``: one run of 50 sessions, LAT 0.5 s, 2 turns. ``--profile-driver``:
+the driver's cProfile (the clients' side) on stderr. DBOS and Restate are not
+run on this workload (the script prints why).
 
     .venv/bin/python benchmarks/concurrency.py [--quick] [--sessions 500 2000 5000]
         [--latency S] [--turns T] [--profile-driver]

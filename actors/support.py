@@ -12,7 +12,7 @@ The scripted model (used unless a model is named, see ``actors._models``) reads
 the order ID (``A1``..``A9``) from the last user message: "refund" in it asks for
 a refund of ``amount_cents`` (500 unless a number is given), otherwise it looks
 the order up; without an ID, "find my desk orders" searches, anything else asks
-which order.
+which order (the open orders as choices, any answer naming an order accepted).
 
 The same desk runs every demo (``dex-agents-ray demo`` and ``control-demo``, the
 inspector's example): ``support_flow(before_tool=...)`` gives them a hook that
@@ -113,6 +113,15 @@ def refund(order_id: str, amount_cents: int) -> str:
     return f"refunded {amount_cents} cents on {order_id.upper()}"
 
 
+def open_orders() -> list[str]:
+    """The orders not delivered yet, as ``ask_user`` choices ("A2: office chair, shipped")."""
+    return [
+        f"{order_id}: {order['item']}, {order['status']}"
+        for order_id, order in ORDERS.items()
+        if order["status"] in {"processing", "shipped"}
+    ]
+
+
 def scripted_support_model(request: ModelRequest) -> ScriptedModelReply:
     """The scripted support model (deterministic: a rerun ``RunModel`` replies the same)."""
     results = ScriptedModelClient.tool_results(request)
@@ -160,7 +169,11 @@ def _act(text: str, *, call_suffix: str = "") -> ScriptedModelReply:
                 ScriptedToolCall(
                     tool_call_id="call-ask" + call_suffix,
                     tool_name="ask_user",
-                    arguments={"question": "Which order is it about (for example A1)?"},
+                    arguments={
+                        "question": "Which order is it about (for example A1)?",
+                        "choices": open_orders(),
+                        "allows_free_text": True,
+                    },
                 )
             ]
         )

@@ -109,7 +109,7 @@ async def test_serve_from_the_command_line(
             assert (await http.get("/api/sessions")).status_code == 401
             assert (await http.get(url)).status_code == 200  # the redirect sets the cookie
             listed = (await http.get("/api/sessions?waiting=true")).json()["sessions"]
-            assert sorted(row["session_id"] for row in listed) == ["account-question", "refund-7"]
+            assert sorted(row["session_id"] for row in listed) == ["refund-a1", "which-order"]
             (run,) = (await http.get("/api/evals/runs")).json()["runs"]
             assert run["run_id"] == "nightly" and run["agent"] == "SupportDesk"
             assert run["cases"] == 2 and run["rows"] == 1 and run["status"] == "interrupted"

@@ -34,7 +34,7 @@ async def test_approve_a_waiting_session_in_the_page(engine_factory: Any) -> Non
         await page.check("#waiting")
         await page.locator('tr[data-session="order-status"]').wait_for(state="detached")
         assert await page.locator("#rows tr").count() == 2
-        await page.locator('tr[data-session="refund-7"] a').click()
+        await page.locator('tr[data-session="refund-a1"] a').click()
 
         card = page.locator('.card.approval[data-interrupt="call-refund"]')
         await card.wait_for()
@@ -47,9 +47,9 @@ async def test_approve_a_waiting_session_in_the_page(engine_factory: Any) -> Non
         )
 
         await card.locator("button.approve").click()
-        result = page.locator("li.message.tool", has_text="refunded 500 cents on order 7")
+        result = page.locator("li.message.tool", has_text="refunded 500 cents on A1")
         await result.wait_for()
-        answer = page.locator("li.message.assistant", has_text="Done: refunded 500 cents")
+        answer = page.locator("li.message.assistant", has_text="Refund: refunded 500 cents")
         await answer.wait_for()
         await card.wait_for(state="detached")
         assert await page.evaluate("window.__marker") == marker  # never reloaded
@@ -69,17 +69,19 @@ async def test_approve_a_waiting_session_in_the_page(engine_factory: Any) -> Non
         await page.screenshot(path=str(SCREENSHOTS / "inspector-session-done.png"), full_page=True)
 
         # Send asks for another refund; Steer withdraws its approval with new text.
-        await page.fill("#message", "Please refund 9 EUR on order 7.")
+        await page.fill("#message", "Please refund 900 cents on order A1.")
         await page.locator("#send").click()
         await card.wait_for()
-        await page.fill("#message", "Actually, keep the money.")
+        await page.fill("#message", "Actually, keep the money. Where is order A6?")
         await page.locator("#steer").click()
-        await page.locator("li.message.assistant", has_text="You said: Actually, keep").wait_for()
+        await page.locator("li.message.assistant", has_text="headset").wait_for()
         await card.wait_for(state="detached")
         assert await page.evaluate("window.__marker") == marker
-    snapshot = await snapshot_when(sessions, "refund-7", turn_done(2))
+    snapshot = await snapshot_when(sessions, "refund-a1", turn_done(2))
     assert not snapshot.pending_interrupts
-    assert snapshot.messages[-1].text == "You said: Actually, keep the money."
+    last = snapshot.messages[-1].text or ""
+    assert last.startswith("Order status:") and "headset" in last
+    assert not any("900 cents" in (m.tool_output or "") for m in snapshot.messages)
 
 
 def _attacker(target: str) -> Starlette:
@@ -101,50 +103,61 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
     async with serving(app) as base, chromium() as browser:
         # No token: 401, in a browser with no cookie.
         stranger = await new_page(browser)
-        response = await stranger.goto(f"{base}/sessions/refund-7")
+        response = await stranger.goto(f"{base}/sessions/refund-a1")
         assert response is not None and response.status == 401
         assert "401 Unauthorized" in await stranger.inner_text("body")
 
         page = await new_page(browser)
-        await page.goto(f"{base}/sessions/account-question?token={TOKEN}")
+        await page.goto(f"{base}/sessions/which-order?token={TOKEN}")
         card = page.locator(".card.question-card")
         await card.wait_for()
-        assert "Which account should I use?" in await card.inner_text()
+        assert "Which order is it about" in await card.inner_text()
         await page.locator("#graph").evaluate("img => img.decode()")
         await page.screenshot(
             path=str(SCREENSHOTS / "inspector-session-question.png"), full_page=True
         )
-        await card.locator("button.choice", has_text="savings").click()
+        # The open orders are the choices; a choice answers, and the desk looks it up.
+        choices = await card.locator("button.choice").all_inner_texts()
+        assert [c.split(":")[0] for c in choices] == ["A2", "A3", "A6", "A8"]
+        await card.locator("button.choice", has_text="A3").click()
         # The stored answer (not the streaming preview of it, nor the ask_user call,
-        # whose choices also say "savings").
-        answer = page.locator("li.message.assistant:not(.streaming)", has_text="I will use")
+        # whose choices also name the monitor arm).
+        answer = page.locator("li.message.assistant:not(.streaming)", has_text="Order status")
         await answer.wait_for()
-        assert "savings" in await answer.inner_text()
+        assert "monitor arm" in await answer.inner_text()
         await card.wait_for(state="detached")
 
-        # Message text is text: the <script> is shown, never run, never an element.
+        # Message text is text: the <script> is shown, never run, never an element;
+        # so is a free-text answer with one, shown as the question's result.
         await page.goto(f"{base}/sessions/xss")
         user = page.locator("li.message.user", has_text="<script>")
         await user.wait_for()
         assert SCRIPT_TEXT in await user.inner_text()
-        await page.locator("li.message.assistant", has_text="You said: <script>").wait_for()
+        card = page.locator(".card.question-card")
+        await card.locator("input.free-text").fill(SCRIPT_TEXT)
+        await card.locator("button.answer").click()
+        output = page.locator("li.message.tool", has_text="<script>")
+        await output.wait_for()
+        # The answer is inside the tool's JSON output (its quotes escaped).
+        assert SCRIPT_TEXT.split('"')[0] in await output.inner_text()
+        await page.locator("li.message.assistant", has_text="I need an order ID").wait_for()
         assert await page.locator("#transcript script, #transcript img").count() == 0
         assert await page.evaluate("window.__pwned") is None
 
         # A page on another port of the same host (same site, so the SameSite cookie
         # goes along) submits a form to the approval route: refused, nothing changes.
-        target = f"{base}/api/sessions/refund-7/interrupts/call-refund/resolve"
+        target = f"{base}/api/sessions/refund-a1/interrupts/call-refund/resolve"
         async with serving(_attacker(target)) as evil:
             victim = await page.context.new_page()
             async with victim.expect_response(target) as posted:
                 await victim.goto(evil)
             assert (await posted.value).status == 403
             assert "cross-site request refused" in await victim.inner_text("body")
-        snapshot = await snapshot_when(sessions, "refund-7", has_interrupt)
+        snapshot = await snapshot_when(sessions, "refund-a1", has_interrupt)
         assert snapshot.pending_interrupts[0].interrupt_id == "call-refund"
 
         # Stop turn cancels the waiting turn: the approval goes away without a reload.
-        await page.goto(f"{base}/sessions/refund-7")
+        await page.goto(f"{base}/sessions/refund-a1")
         card = page.locator('.card.approval[data-interrupt="call-refund"]')
         await card.wait_for()
         await page.locator("#stop").click()
@@ -154,10 +167,8 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
         assert "turn_cancelled" in stats["types"], stats
 
         # Send queues a message that starts the next turn; its answer streams in.
-        await page.fill("#message", "hello from the page")
+        await page.fill("#message", "Hello from the page: where is order A8?")
         await page.locator("#send").click()
-        await page.locator(
-            "li.message.assistant", has_text="You said: hello from the page"
-        ).wait_for()
-    snapshot = await snapshot_when(sessions, "refund-7", turn_done(2))
+        await page.locator("li.message.assistant", has_text="usb hub").wait_for()
+    snapshot = await snapshot_when(sessions, "refund-a1", turn_done(2))
     assert not snapshot.pending_interrupts

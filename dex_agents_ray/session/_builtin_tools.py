@@ -53,7 +53,10 @@ _ASK_USER = BuiltInToolDefinition(
             },
             "allows_free_text": {
                 "type": ["boolean", "null"],
-                "description": "Whether an answer outside choices is accepted (default true).",
+                "description": (
+                    "Whether an answer outside choices is accepted (default: false when "
+                    "choices are given, true otherwise)."
+                ),
             },
         },
         "required": ["question"],

@@ -27,6 +27,7 @@ from typing import Any
 from dex.runtime_errors import LongPollTimeoutError
 
 from dex_agents_ray.engine import InvalidStreamTokenError
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session import (
     AgentEvent,
     AgentEventType,
@@ -70,7 +71,7 @@ _HIDDEN_TOOL_CALL_FIELDS = (
 )
 
 
-class InvalidAgentEventResumeTokenError(ValueError):
+class InvalidAgentEventResumeTokenError(DexAgentsError, ValueError):
     """The engine rejected the resume token (malformed, or of another session or
     Stream); raised before the response starts. Answer 400 and let the browser
     load the snapshot again."""

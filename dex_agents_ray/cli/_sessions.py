@@ -36,6 +36,7 @@ from dex_agents_ray.cli._connection import (
     load_agents,
     start_engine,
 )
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session import (
     AgentEvent,
     AgentInterrupt,
@@ -48,7 +49,7 @@ from dex_agents_ray.session_listing import message_line
 DONE, REFUSED, USAGE, NOT_FOUND = 0, 1, 2, 3
 
 
-class _Exit(Exception):
+class _Exit(DexAgentsError):
     """End the subcommand with ``code`` after printing ``message`` to stderr."""
 
     def __init__(self, code: int, message: str) -> None:

@@ -4,7 +4,7 @@
 and every tool call durably; ``AgentSessionClient`` starts and operates
 sessions; an adapter implements ``AgentFrameworkRunner``.
 
-Errors::
+Errors (the first two are :class:`dex_agents_ray.errors.DexAgentsError`)::
 
     ToolExecutionError        raised by a tool: the model sees it (``failed``)
     ToolOutcomeUnknownError   raised by a tool: a write may have happened (``outcome_unknown``)

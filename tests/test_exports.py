@@ -197,6 +197,8 @@ EXPORTS: dict[str, list[str]] = {
         "RaySpendLimit",
         "session_flow_definition_document",
         "json_ready",
+        "FlowClient",
+        "SyncFlowClient",
     ],
     "dex_agents_ray.builtin_loop": [
         "DEFAULT_MAX_MODEL_CALLS_PER_TURN",

@@ -43,6 +43,7 @@ from dex_agents_ray.session import (
     AgentSessionClient,
     AgentSessionFlow,
     AgentSnapshot,
+    FlowClient,
 )
 from dex_agents_ray.session_listing import message_line
 
@@ -140,7 +141,9 @@ async def _run(
         await engine.shutdown()
 
 
-async def _flow_of(client: Any, flows: Sequence[AgentSessionFlow], session_id: str) -> Any:
+async def _flow_of(
+    client: FlowClient, flows: Sequence[AgentSessionFlow], session_id: str
+) -> AgentSessionFlow:
     try:
         info = await client.describe_flow(session_id)
     except FlowNotFoundError:
@@ -155,7 +158,9 @@ async def _flow_of(client: Any, flows: Sequence[AgentSessionFlow], session_id: s
 # -- list and show ----------------------------------------------------------------------
 
 
-async def _list(client: Any, flows: Sequence[AgentSessionFlow], args: argparse.Namespace) -> int:
+async def _list(
+    client: FlowClient, flows: Sequence[AgentSessionFlow], args: argparse.Namespace
+) -> int:
     from dex_agents_ray.session_listing import list_sessions
 
     rows = await list_sessions(client, flows, waiting_only=args.waiting, limit=args.limit)

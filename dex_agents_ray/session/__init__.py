@@ -2,7 +2,8 @@
 
 ``AgentSessionFlow`` is a real ``dex.Flow`` whose Steps run every model call
 and every tool call durably; ``AgentSessionClient`` starts and operates
-sessions; an adapter implements ``AgentFrameworkRunner``.
+sessions through any ``FlowClient`` (the engine's ``EngineClient``, or
+``dex.AsyncClient``); an adapter implements ``AgentFrameworkRunner``.
 
 Errors (the first two are :class:`dex_agents_ray.errors.DexAgentsError`)::
 
@@ -58,6 +59,7 @@ from dex_agents_ray.session._compaction import (
     select_turn_boundary_cutoff,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session._flow_client import FlowClient, SyncFlowClient
 from dex_agents_ray.session._metadata import ModelCallMetadata
 from dex_agents_ray.session._policy import (
     MISSING_TOOL_TASK_POLLER,
@@ -346,4 +348,6 @@ __all__ = [
     "RaySpendLimit",
     "session_flow_definition_document",
     "json_ready",
+    "FlowClient",
+    "SyncFlowClient",
 ]

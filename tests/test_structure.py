@@ -208,7 +208,7 @@ def test_no_value_type_coerces_its_own_fields() -> None:
     assert _coerce_only_post_inits() == []
 
 
-UNTYPED_SEAMS = re.compile(r"\b(client|engine): Any\b")
+UNTYPED_SEAMS = re.compile(r"(client|engine): Any\b")
 """A client or engine typed ``Any``: the seam is ``FlowClient`` / ``SyncFlowClient``
 (``session/_flow_client.py``), or the engine's own types."""
 

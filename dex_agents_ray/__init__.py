@@ -9,9 +9,11 @@ are re-exported here, as the spec's ``dex_agents`` exports them::
 
 So are the spec's image names (``AgentImageReference``, the media stores, the
 limits and the checks), which live in :mod:`dex_agents_ray.media`; the Ray
-object store cache stays there.
+object store cache stays there. ``DexAgentsError`` (:mod:`dex_agents_ray.errors`) is
+the root of every exception class the package defines.
 """
 
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.media import (
     MAX_IMAGE_BYTES,
     MAX_IMAGE_URI_LENGTH,
@@ -53,4 +55,5 @@ __all__ += [
     "validate_image_reference",
     "validate_image_references",
     "verify_image_bytes",
+    "DexAgentsError",
 ]

@@ -12,8 +12,8 @@ from typing import Any
 
 from dex import FlowStatus
 
-from dex_agents_ray.engine import EngineClient, StepHistoryEntry
-from dex_agents_ray.session import AgentMessage, AgentSessionFlow, AgentSnapshot
+from dex_agents_ray.engine import StepHistoryEntry
+from dex_agents_ray.session import AgentMessage, AgentSessionFlow, AgentSnapshot, FlowClient
 
 __all__ = [
     "WAITING_STEP_TYPES",
@@ -64,7 +64,7 @@ class SessionRow:
         }
 
 
-async def _search_all(client: EngineClient, query: str, limit: int) -> list[Any]:
+async def _search_all(client: FlowClient, query: str, limit: int) -> list[Any]:
     entries: list[Any] = []
     token = ""
     while len(entries) < limit:
@@ -77,7 +77,7 @@ async def _search_all(client: EngineClient, query: str, limit: int) -> list[Any]
 
 
 async def waiting_sessions(
-    client: EngineClient, flow_type: str
+    client: FlowClient, flow_type: str
 ) -> tuple[dict[str, set[str]], dict[str, Any]]:
     """Session ID -> what it waits for (``approval``, ``question``), by the
     ``ActiveStepTypes`` search, and the search entries by session ID."""
@@ -92,7 +92,7 @@ async def waiting_sessions(
 
 
 async def list_sessions(
-    client: EngineClient,
+    client: FlowClient,
     flows: Sequence[AgentSessionFlow],
     *,
     waiting_only: bool,

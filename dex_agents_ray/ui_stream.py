@@ -11,27 +11,32 @@ event's resume token and whose ``data`` is the ``AgentEvent`` wire JSON with
 ``payload`` as JSON text; ``KEEP_ALIVE_FRAME`` after each empty long poll).
 A token the engine rejects, such as one of another session, raises
 ``InvalidAgentEventResumeTokenError`` before the response starts: answer 400.
-The ``_sync`` variants take a ``SyncEngineClient`` (``engine.sync_client``) for
-WSGI servers. **Authorize every route**: the session ID and the token come from
-the browser.
+The ``_sync`` variants take a ``SyncEngineClient`` (``engine.sync_client()``) for
+WSGI servers, the others an ``EngineClient`` (``engine.client``); a ``dex.Client``
+or ``dex.AsyncClient`` fits as well (``SyncFlowClient``, ``FlowClient``).
+**Authorize every route**: the session ID and the token come from the browser.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from dex import StreamMessage, StreamMessagesPage
 from dex.runtime_errors import LongPollTimeoutError
 
 from dex_agents_ray.engine import InvalidStreamTokenError
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session import (
     AgentEvent,
     AgentEventType,
     AgentSessionFlow,
     AgentSnapshot,
+    FlowClient,
+    SyncFlowClient,
     json_ready,
 )
 
@@ -70,7 +75,7 @@ _HIDDEN_TOOL_CALL_FIELDS = (
 )
 
 
-class InvalidAgentEventResumeTokenError(ValueError):
+class InvalidAgentEventResumeTokenError(DexAgentsError, ValueError):
     """The engine rejected the resume token (malformed, or of another session or
     Stream); raised before the response starts. Answer 400 and let the browser
     load the snapshot again."""
@@ -121,7 +126,7 @@ def agent_event_frame(resume_token: str, event: AgentEvent) -> str:
 
 
 async def read_agent_event_stream_snapshot(
-    client: Any, flow: AgentSessionFlow, session_id: str
+    client: FlowClient, flow: AgentSessionFlow, session_id: str
 ) -> AgentEventStreamSnapshot:
     """The snapshot and the resume token (see the module docstring).
 
@@ -142,7 +147,7 @@ async def read_agent_event_stream_snapshot(
     return AgentEventStreamSnapshot(snapshot, finder.token)
 
 
-def _newest_token(page: Any) -> str:
+def _newest_token(page: StreamMessagesPage[AgentEvent]) -> str:
     """The token of a one-message page's message: where the Stream ends now."""
     return str(page.messages[0].resume_token) if page.messages else ""
 
@@ -172,7 +177,7 @@ class _TokenFinder:
         self.done = self._active is None and not position  # an empty Stream: from its start
         self._next_is_it = False
 
-    def feed(self, newest_first: list[Any], *, last_page: bool) -> None:
+    def feed(self, newest_first: Sequence[StreamMessage[AgentEvent]], *, last_page: bool) -> None:
         for message in newest_first:
             if self._active is not None:
                 if self._next_is_it:
@@ -199,7 +204,7 @@ class _TokenFinder:
 
 
 async def stream_agent_event_frames(
-    client: Any,
+    client: FlowClient,
     flow: AgentSessionFlow,
     session_id: str,
     *,
@@ -232,7 +237,9 @@ async def stream_agent_event_frames(
     return frames()
 
 
-async def _first(client: Any, flow: AgentSessionFlow, session_id: str, token: str) -> Any:
+async def _first(
+    client: FlowClient, flow: AgentSessionFlow, session_id: str, token: str
+) -> StreamMessage[AgentEvent] | None:
     try:
         return await client.read_stream(session_id, flow.agent_events, token, _TOKEN_CHECK_TIMEOUT)
     except LongPollTimeoutError:
@@ -245,7 +252,7 @@ async def _first(client: Any, flow: AgentSessionFlow, session_id: str, token: st
 
 
 def read_agent_event_stream_snapshot_sync(
-    client: Any, flow: AgentSessionFlow, session_id: str
+    client: SyncFlowClient, flow: AgentSessionFlow, session_id: str
 ) -> AgentEventStreamSnapshot:
     """``read_agent_event_stream_snapshot`` over a ``SyncEngineClient``."""
     position = _newest_token(client.list_stream_messages(session_id, flow.agent_events, 1))
@@ -260,7 +267,7 @@ def read_agent_event_stream_snapshot_sync(
 
 
 def stream_agent_event_frames_sync(
-    client: Any,
+    client: SyncFlowClient,
     flow: AgentSessionFlow,
     session_id: str,
     *,

@@ -10,6 +10,7 @@ import importlib
 import pytest
 
 EXPORTS: dict[str, list[str]] = {
+    "dex_agents_ray.errors": ["DexAgentsError"],
     "dex_agents_ray.engine": [
         "EXECUTE_COMPLETED_EVENT",
         "EngineClient",
@@ -196,6 +197,8 @@ EXPORTS: dict[str, list[str]] = {
         "RaySpendLimit",
         "session_flow_definition_document",
         "json_ready",
+        "FlowClient",
+        "SyncFlowClient",
     ],
     "dex_agents_ray.builtin_loop": [
         "DEFAULT_MAX_MODEL_CALLS_PER_TURN",
@@ -350,10 +353,19 @@ ROOT_IMAGE_NAMES = [
 ]
 """The spec's image names, which its ``dex_agents`` exports at the root."""
 
+ROOT_OWN_NAMES = ["DexAgentsError"]
+"""Ours: the root of the package's exceptions (``dex_agents_ray.errors``)."""
+
 
 def test_the_root_exports_the_session_and_the_specs_image_names() -> None:
     root = importlib.import_module("dex_agents_ray")
     media = importlib.import_module("dex_agents_ray.media")
-    assert list(root.__all__) == [*EXPORTS["dex_agents_ray.session"], *ROOT_IMAGE_NAMES]
+    errors = importlib.import_module("dex_agents_ray.errors")
+    assert list(root.__all__) == [
+        *EXPORTS["dex_agents_ray.session"],
+        *ROOT_IMAGE_NAMES,
+        *ROOT_OWN_NAMES,
+    ]
     for name in ROOT_IMAGE_NAMES:
         assert getattr(root, name) is getattr(media, name)
+    assert root.DexAgentsError is errors.DexAgentsError

@@ -9,6 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "dex_agents_ray"
 
 LAYERS: dict[str, int] = {
+    "errors": -1,
     "engine": 0,
     "media": 0,
     "session_graph": 0,
@@ -29,9 +30,9 @@ LAYERS: dict[str, int] = {
     "cli": 5,
     "__init__": 5,
 }
-"""A package imports only packages of lower layers: the engine imports nothing of
-the project, the session nothing of the agent loops, and so on (evals sits below
-serve, whose inspector shows eval runs)."""
+"""A package imports only packages of lower layers: the errors' root below every
+package, the engine nothing else of the project, the session nothing of the agent
+loops, and so on (evals sits below serve, whose inspector shows eval runs)."""
 
 PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("session/_messages.py", "dex_agents_ray.engine.sdk._stored"): "stored value sizes",

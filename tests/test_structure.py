@@ -1,5 +1,6 @@
-"""The package's shape, measured: class and function sizes, and where the dex
-SDK's private attributes are read.
+"""The package's shape, measured: class and function sizes, where the dex SDK's
+private attributes are read, the typed seam to the engine, value types decoded
+in one place, and the one root of the package's exceptions.
 
 Sizes over the limits are allowed only where listed below with a reason, and
 only up to today's figure, so no exception grows and no new one appears
@@ -9,7 +10,9 @@ unnoticed. ``python tests/test_structure.py`` prints the figures.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 import dex
 
 from dex_agents_ray.engine.sdk import _sdk
+from dex_agents_ray.errors import DexAgentsError
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dex_agents_ray"
 SDK_ADAPTER = "engine/sdk/"
@@ -161,6 +165,90 @@ def _sdk_private_uses() -> list[str]:
 
 def test_only_the_sdk_adapter_reads_the_sdks_private_attributes() -> None:
     assert _sdk_private_uses() == []
+
+
+def _coerce_only_post_inits() -> list[str]:
+    found = []
+    for rel, tree in _modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for child in node.body:
+                if not (isinstance(child, ast.FunctionDef) and child.name == "__post_init__"):
+                    continue
+                body = [
+                    statement
+                    for statement in child.body
+                    if not (
+                        isinstance(statement, ast.Expr)
+                        and isinstance(statement.value, ast.Constant)
+                    )
+                ]
+                if [ast.unparse(statement) for statement in body] == ["coerce_fields(self)"]:
+                    found.append(f"{rel}::{node.name}")
+    return found
+
+
+def test_no_value_type_coerces_its_own_fields() -> None:
+    """A wire type is a ``@wire_value`` (``session/_wire.py``), not a class with a
+    ``__post_init__`` that only calls ``coerce_fields(self)``."""
+    assert _coerce_only_post_inits() == []
+
+
+UNTYPED_SEAMS = re.compile(r"(client|engine): Any\b")
+"""A client or engine typed ``Any``: the seam is ``FlowClient`` / ``SyncFlowClient``
+(``session/_flow_client.py``), or the engine's own types."""
+
+
+def test_no_client_or_engine_is_typed_any() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if UNTYPED_SEAMS.search(line)
+    ]
+    assert found == []
+
+
+NOT_UNDER_THE_ROOT: dict[str, str] = {}
+"""``module::Class`` -> why an exception class of the package does not derive from
+``DexAgentsError``. None today: the spec's exceptions keep their spec bases
+(``ImageValidationError`` is a ``ValueError``, ``ToolExecutionError`` an
+``Exception``) and add the root beside them."""
+
+
+def _exception_classes() -> Iterator[tuple[str, type[BaseException]]]:
+    """Every exception class the package's modules define (at module level or in a class)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__main__":
+            continue
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        rel = path.relative_to(PACKAGE).as_posix()
+        pending = [cls for cls in vars(module).values() if inspect.isclass(cls)]
+        while pending:
+            cls = pending.pop()
+            if cls.__module__ != module.__name__:
+                continue
+            pending.extend(value for value in vars(cls).values() if inspect.isclass(value))
+            if issubclass(cls, BaseException):
+                yield f"{rel}::{cls.__qualname__}", cls
+
+
+def test_every_exception_class_of_the_package_derives_from_the_root() -> None:
+    classes = dict(_exception_classes())
+    assert len(classes) >= 30  # the walk found them (33 when this test was written)
+    outside = sorted(key for key, cls in classes.items() if not issubclass(cls, DexAgentsError))
+    assert outside == sorted(NOT_UNDER_THE_ROOT)
+    # The spec's exceptions keep the base the spec gives them.
+    bases = {
+        "media/_errors.py::ImageValidationError": ValueError,
+        "media/_errors.py::MediaStoreError": RuntimeError,
+        "ui_stream.py::InvalidAgentEventResumeTokenError": ValueError,
+        "engine/_errors.py::EngineError": RuntimeError,
+        "engine/_errors.py::InvalidStreamTokenError": dex.DexServiceError,
+    }
+    assert [key for key, base in bases.items() if not issubclass(classes[key], base)] == []
 
 
 def report() -> str:

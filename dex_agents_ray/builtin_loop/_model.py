@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.session import ModelCallMetadata as ModelCallMetadata
 
@@ -46,7 +47,7 @@ class ToolChoice(StrEnum):
     """The model must answer without tools."""
 
 
-class ModelResponseError(RuntimeError):
+class ModelResponseError(DexAgentsError, RuntimeError):
     """The provider's response could not be used.
 
     Raised for a stream that ends early or breaks its protocol, and for a

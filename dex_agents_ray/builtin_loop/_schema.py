@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from dex_agents_ray.builtin_loop._validation import json_type_name
+from dex_agents_ray.errors import DexAgentsError
 
 __all__ = ["decode_value", "schema_for_hint"]
 
@@ -160,7 +161,7 @@ def _typed_dict_keys(cls: type) -> dict[str, tuple[Any, bool]]:
     return keys
 
 
-class _Mismatch(Exception):
+class _Mismatch(DexAgentsError):
     """A JSON value does not fit a hint (tried while choosing a union option)."""
 
 

@@ -27,6 +27,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dex_agents_ray.errors import DexAgentsError
+
 __all__ = [
     "AgentTravelError",
     "FrameworkTraveller",
@@ -43,7 +45,7 @@ _WEAK_CONTAINERS: tuple[type[Any], ...] = (
 )
 
 
-class AgentTravelError(TypeError):
+class AgentTravelError(DexAgentsError, TypeError):
     """An agent (or its ``deps``) cannot travel to the processes that run its Steps.
 
     Attributes:

@@ -17,10 +17,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from dex_agents_ray.errors import DexAgentsError
+
 __all__ = ["SchemaViolation", "json_type_name", "validate_json_value"]
 
 
-class SchemaViolation(ValueError):
+class SchemaViolation(DexAgentsError, ValueError):
     """A value breaks a schema; the message names the path and the rule."""
 
 

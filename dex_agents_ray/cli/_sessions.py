@@ -36,19 +36,21 @@ from dex_agents_ray.cli._connection import (
     load_agents,
     start_engine,
 )
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session import (
     AgentEvent,
     AgentInterrupt,
     AgentSessionClient,
     AgentSessionFlow,
     AgentSnapshot,
+    FlowClient,
 )
 from dex_agents_ray.session_listing import message_line
 
 DONE, REFUSED, USAGE, NOT_FOUND = 0, 1, 2, 3
 
 
-class _Exit(Exception):
+class _Exit(DexAgentsError):
     """End the subcommand with ``code`` after printing ``message`` to stderr."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -139,7 +141,9 @@ async def _run(
         await engine.shutdown()
 
 
-async def _flow_of(client: Any, flows: Sequence[AgentSessionFlow], session_id: str) -> Any:
+async def _flow_of(
+    client: FlowClient, flows: Sequence[AgentSessionFlow], session_id: str
+) -> AgentSessionFlow:
     try:
         info = await client.describe_flow(session_id)
     except FlowNotFoundError:
@@ -154,7 +158,9 @@ async def _flow_of(client: Any, flows: Sequence[AgentSessionFlow], session_id: s
 # -- list and show ----------------------------------------------------------------------
 
 
-async def _list(client: Any, flows: Sequence[AgentSessionFlow], args: argparse.Namespace) -> int:
+async def _list(
+    client: FlowClient, flows: Sequence[AgentSessionFlow], args: argparse.Namespace
+) -> int:
     from dex_agents_ray.session_listing import list_sessions
 
     rows = await list_sessions(client, flows, waiting_only=args.waiting, limit=args.limit)

@@ -63,6 +63,7 @@ from typing import Any
 from dex import RetryPolicy
 
 from dex_agents_ray.connectors._durations import parse_go_duration
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session import ToolEffect
 
 __all__ = [
@@ -96,7 +97,7 @@ UNCERTAIN_BRANCH = "uncertain"
 """The Connector SDK's branch for an attempt whose outcome it cannot tell."""
 
 
-class ConnectorManifestError(ValueError):
+class ConnectorManifestError(DexAgentsError, ValueError):
     """A manifest, or an operation's entry in it, breaks the rules of connector tools."""
 
 

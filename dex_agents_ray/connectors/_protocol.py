@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, runtime_ch
 
 import dex
 
+from dex_agents_ray.errors import DexAgentsError
+
 if TYPE_CHECKING:
     from dex_agents_ray.connectors._context import ConnectorStepContext
 
@@ -161,7 +163,7 @@ ConnectorOperation: TypeAlias = ConnectorQuery | ConnectorMutation
 """A Query or a Mutation."""
 
 
-class RetryError(Exception):
+class RetryError(DexAgentsError):
     """A connector asking to be run again later, as the Connector SDK's ``RetryError``.
 
     The source recognizes any exception whose class, or a base of it, is named
@@ -237,7 +239,7 @@ class FenceState(StrEnum):
     """After a claim, the request provably never reached the provider."""
 
 
-class MalformedFenceMarkerError(ValueError):
+class MalformedFenceMarkerError(DexAgentsError, ValueError):
     """A value carries the fence key but is not a marker this source reads."""
 
 

@@ -1,6 +1,7 @@
 """Errors of the engine, and how they cross the Ray boundary.
 
-Tree::
+Tree (the engine's own classes also derive from
+:class:`dex_agents_ray.errors.DexAgentsError`)::
 
     RuntimeError
       ├── StaleEpochError            (store) a superseded host tried to commit
@@ -10,6 +11,7 @@ Tree::
             ├── HostPassivatedError    the host is passivating the run: call again
             └── HostNotStartedError    no worker process runs the run's host (yet)
     dex.runtime_errors.DexServiceError and subclasses   re-raised as the SDK raises them
+      └── InvalidStreamTokenError    a Stream token the engine did not write
     dex.runtime_errors.FlowDefinitionError, ValueMappingError, InvalidStepResultError
 
 Host methods return an envelope instead of raising, because the SDK's service
@@ -26,12 +28,14 @@ import grpc
 from dex import runtime_errors
 from dex.runtime_errors import DexServiceError, ErrorSubStatus
 
+from dex_agents_ray.errors import DexAgentsError
+
 T = TypeVar("T")
 
 Envelope = tuple[str, Any]
 
 
-class EngineError(RuntimeError):
+class EngineError(DexAgentsError, RuntimeError):
     """A failure inside the engine (not an error of the caller's input)."""
 
 
@@ -93,7 +97,7 @@ _CODES: dict[str, tuple[str, ErrorSubStatus]] = {
 }
 
 
-class InvalidStreamTokenError(DexServiceError):
+class InvalidStreamTokenError(DexServiceError, DexAgentsError):
     """A Stream resume or page token the engine did not write for this run and Stream
     (``INVALID_ARGUMENT``, as the Dex server answers)."""
 

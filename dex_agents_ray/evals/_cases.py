@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session import validate_session_settings
 
 __all__ = ["CASE_FIELDS", "EvalCase", "EvalCaseError"]
@@ -27,7 +28,7 @@ CASE_FIELDS = frozenset(
 """The fields a case may have; any other is refused (it is most likely a typo)."""
 
 
-class EvalCaseError(ValueError):
+class EvalCaseError(DexAgentsError, ValueError):
     """A case that cannot be read: names the source, the line (or row) and the field.
 
     Attributes:

@@ -26,6 +26,7 @@ from dex.runtime_errors import (
     LongPollTimeoutError,
 )
 
+from dex_agents_ray.engine import EngineClient
 from dex_agents_ray.evals._cases import EvalCase
 from dex_agents_ray.evals._policies import (
     Answer,
@@ -137,8 +138,11 @@ async def message_in_flight(sessions: AgentSessionClient, session_id: str) -> bo
     the commit that starts its turn, the message is neither queued nor a turn;
     the Step history (durable) shows that execution satisfied but not completed.
     """
+    client = sessions.client
+    if not isinstance(client, EngineClient):  # the runner's sessions use FlowEngine.client
+        raise TypeError("evals drive sessions over the engine's EngineClient")
     last: dict[str, str] = {}
-    for entry in await sessions.client.read_step_history(session_id):
+    for entry in await client.read_step_history(session_id):
         if entry.step_type == "AwaitUserMessage":
             last[entry.step_execution_id] = entry.event_type
     return any(

@@ -2,7 +2,7 @@
 
 Errors, drawn::
 
-    Exception
+    DexAgentsError (dex_agents_ray.errors)
     ├── McpToolCallInterruptedError   a sent ``tools/call`` broke off: a Step failure, so
     │                                 ``CallTool`` sends it again (read, idempotent_write)
     │                                 and other effects record ``outcome_unknown``
@@ -15,12 +15,14 @@ The control-flow errors a call raises for the session are the session's own:
 
 from __future__ import annotations
 
+from dex_agents_ray.errors import DexAgentsError
+
 __all__ = ["MISSING_EXTRA_MESSAGE", "McpConnectionError", "McpToolCallInterruptedError"]
 
 MISSING_EXTRA_MESSAGE = 'dex_agents_ray.mcp needs the MCP SDK: pip install "dex-agents-ray[mcp]"'
 
 
-class McpToolCallInterruptedError(Exception):
+class McpToolCallInterruptedError(DexAgentsError):
     """A ``tools/call`` that was sent broke off before its answer arrived.
 
     The stream broke, the server exited, the request timed out, or the answer was
@@ -36,7 +38,7 @@ class McpToolCallInterruptedError(Exception):
         self.message = message
 
 
-class McpConnectionError(Exception):
+class McpConnectionError(DexAgentsError):
     """No connection to an MCP server after every attempt; no request was sent."""
 
     def __init__(self, server_name: str, attempts: int, detail: str) -> None:

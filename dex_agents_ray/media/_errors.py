@@ -1,6 +1,6 @@
 """Errors of the media layer.
 
-The tree::
+The tree (both also :class:`dex_agents_ray.errors.DexAgentsError`)::
 
     ValueError
     └── ImageValidationError   bad image bytes or a bad reference (misuse; nothing changed)
@@ -14,10 +14,12 @@ A store's constructor refuses a location that would make URIs longer than
 
 from __future__ import annotations
 
+from dex_agents_ray.errors import DexAgentsError
+
 __all__ = ["ImageValidationError", "MediaStoreError"]
 
 
-class ImageValidationError(ValueError):
+class ImageValidationError(DexAgentsError, ValueError):
     """Bytes that are not a supported image, or a reference that breaks a rule.
 
     Raised before anything is written or sent, so the failed call changed nothing.
@@ -38,7 +40,7 @@ class ImageValidationError(ValueError):
         return (_rebuild_image_validation_error, (str(self), self.field))
 
 
-class MediaStoreError(RuntimeError):
+class MediaStoreError(DexAgentsError, RuntimeError):
     """A media store could not write or read an image.
 
     Also raised when a store returned bytes that are not the referenced image

@@ -49,6 +49,7 @@ from dex_agents_ray.builtin_loop import (
     SourceToolListing,
     ToolSource,
 )
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.openai_agents._graph import AgentGraph, walk_agents
 from dex_agents_ray.openai_agents._items import (
     framework_messages,
@@ -88,7 +89,7 @@ _STATE_VERSION = 1
 _BUILT_IN_POLICY = ToolPolicy(ToolEffect.READ, requires_approval=False)
 
 
-class _StopBeforeModelCall(Exception):  # noqa: N818 - a control-flow signal
+class _StopBeforeModelCall(DexAgentsError):  # noqa: N818 - a control-flow signal
     """Raised by the gate instead of a second model call in one ``RunModel``."""
 
 

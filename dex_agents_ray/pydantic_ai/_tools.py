@@ -38,6 +38,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
 from pydantic_ai.usage import RunUsage
 
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.media import MediaStore, validate_image_references
 from dex_agents_ray.session import (
     DeferredToolExecution,
@@ -101,7 +102,7 @@ def framework_effect(tool_def: ToolDefinition | None) -> ToolEffect | None:
     return None
 
 
-class ToolStepsRequested(Exception):  # noqa: N818 - a control-flow signal, not an error
+class ToolStepsRequested(DexAgentsError):  # noqa: N818 - a control-flow signal, not an error
     """Ends a ``RunModel`` run once its tool calls are deferred (raised from the
     capability's ``handle_deferred_tool_calls``): the run needs no
     ``DeferredToolRequests`` output type, which an agent with output validators

@@ -2,9 +2,10 @@
 
 ``AgentSessionFlow`` is a real ``dex.Flow`` whose Steps run every model call
 and every tool call durably; ``AgentSessionClient`` starts and operates
-sessions; an adapter implements ``AgentFrameworkRunner``.
+sessions through any ``FlowClient`` (the engine's ``EngineClient``, or
+``dex.AsyncClient``); an adapter implements ``AgentFrameworkRunner``.
 
-Errors::
+Errors (the first two are :class:`dex_agents_ray.errors.DexAgentsError`)::
 
     ToolExecutionError        raised by a tool: the model sees it (``failed``)
     ToolOutcomeUnknownError   raised by a tool: a write may have happened (``outcome_unknown``)
@@ -58,6 +59,7 @@ from dex_agents_ray.session._compaction import (
     select_turn_boundary_cutoff,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session._flow_client import FlowClient, SyncFlowClient
 from dex_agents_ray.session._metadata import ModelCallMetadata
 from dex_agents_ray.session._policy import (
     MISSING_TOOL_TASK_POLLER,
@@ -346,4 +348,6 @@ __all__ = [
     "RaySpendLimit",
     "session_flow_definition_document",
     "json_ready",
+    "FlowClient",
+    "SyncFlowClient",
 ]

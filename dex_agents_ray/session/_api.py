@@ -21,7 +21,7 @@ from dex_agents_ray.session._values import (
     AgentUsage,
     utc_now,
 )
-from dex_agents_ray.session._wire import coerce_fields
+from dex_agents_ray.session._wire import wire_value
 from dex_agents_ray.session.tracing._options import AgentTracingOptions
 
 __all__ = [
@@ -130,6 +130,7 @@ class ListAgentMessagesRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+@wire_value
 class AgentMessagesPage:
     """Output of ``list_agent_messages``."""
 
@@ -140,11 +141,9 @@ class AgentMessagesPage:
     deleted_before_sequence: int | None = None
     """Retention deleted every message before this sequence; ``None`` while nothing was."""
 
-    def __post_init__(self) -> None:
-        coerce_fields(self)
-
 
 @dataclass(frozen=True, kw_only=True)
+@wire_value
 class QueuedUserMessage:
     """A queued or steered user message, with its Channel message ID."""
 
@@ -157,11 +156,9 @@ class QueuedUserMessage:
     plan_mode: bool = False
     """Whether it starts a planning turn."""
 
-    def __post_init__(self) -> None:
-        coerce_fields(self)
-
 
 @dataclass(frozen=True, kw_only=True)
+@wire_value
 class AgentSnapshot:
     """Output of ``get_agent_snapshot``: the session as committed."""
 
@@ -188,9 +185,6 @@ class AgentSnapshot:
     """Steered messages not applied yet."""
     session_settings: dict[str, Any] = field(default_factory=dict)
     """The next turn's session settings; empty for none."""
-
-    def __post_init__(self) -> None:
-        coerce_fields(self)
 
 
 class AgentEventType(StrEnum):
@@ -245,6 +239,7 @@ class AgentEventType(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
+@wire_value
 class AgentEvent:
     """One ``AgentEvents`` Stream message.
 
@@ -264,9 +259,6 @@ class AgentEvent:
     """The Step attempt that wrote it, from 1."""
     created_at: datetime = field(default_factory=utc_now)
     """When it was written."""
-
-    def __post_init__(self) -> None:
-        coerce_fields(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -435,6 +427,7 @@ class AgentSessionOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+@wire_value
 class AgentSessionStartInput:
     """Input of ``StartAgentSession`` (the Flow's start input)."""
 
@@ -446,6 +439,3 @@ class AgentSessionStartInput:
     """Session settings (a JSON object, see ``MAX_SESSION_SETTINGS_BYTES``); empty for none."""
     start_environment: dict[str, str] = field(default_factory=dict)
     """Where the starting program ran; the session never reads it."""
-
-    def __post_init__(self) -> None:
-        coerce_fields(self)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session._policy import BuiltInTool
 from dex_agents_ray.session._values import PlanTodo, TodoStatus
 
@@ -128,7 +129,7 @@ def built_in_tool_definitions(
     return [definition for name, definition in BUILT_IN_TOOL_DEFINITIONS.items() if name in enabled]
 
 
-class BuiltInArgumentsError(ValueError):
+class BuiltInArgumentsError(DexAgentsError, ValueError):
     """A built-in call's arguments are invalid; the call records ``failed``."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from dex import FlowConfig, StartFlowOptions, StreamMessage
@@ -27,6 +28,7 @@ from dex_agents_ray.session._api import (
     UpdateSessionSettingsRequest,
 )
 from dex_agents_ray.session._flow import AgentSessionFlow
+from dex_agents_ray.session._flow_client import FlowClient
 from dex_agents_ray.session._runner import ImageUserMessageBuilder
 from dex_agents_ray.session._settings import validate_session_settings
 from dex_agents_ray.session._values import AgentUserMessage
@@ -50,18 +52,18 @@ LOCK_CONFLICT_RETRY_SECONDS = 5.0
 class AgentSessionClient:
     """Start sessions of one ``AgentSessionFlow`` and operate them.
 
-    Wraps an engine client (``FlowEngine.client``, an ``EngineClient``) as the
-    spec's client wraps a Dex ``AsyncClient``. Every session is searchable by
-    the Steps it waits in::
+    Wraps an engine client (``FlowEngine.client``, an ``EngineClient``; any
+    :class:`FlowClient`) as the spec's client wraps a Dex ``AsyncClient``. Every
+    session is searchable by the Steps it waits in::
 
         waiting = await engine.client.search_flows('ActiveStepTypes = "AwaitToolApproval"', 50)
 
     Args:
-        client: The engine client.
+        client: The engine client (``dex.AsyncClient`` fits too).
         flow: The session Flow registered with that engine.
     """
 
-    def __init__(self, client: Any, flow: AgentSessionFlow) -> None:
+    def __init__(self, client: FlowClient, flow: AgentSessionFlow) -> None:
         if not isinstance(flow, AgentSessionFlow):
             raise TypeError("flow must be an AgentSessionFlow")
         self.client = client
@@ -273,13 +275,15 @@ class AgentSessionClient:
         return page
 
     async def read_event(
-        self, session_id: str, resume_token: str = "", timeout: float | None = None
+        self, session_id: str, resume_token: str = "", timeout: timedelta | float | None = None
     ) -> StreamMessage[AgentEvent]:
-        """The next ``AgentEvents`` message after ``resume_token`` (long poll)."""
-        message: StreamMessage[AgentEvent] = await self.client.read_stream(
+        """The next ``AgentEvents`` message after ``resume_token`` (long poll up to
+        ``timeout``, a ``timedelta`` or seconds)."""
+        if timeout is not None and not isinstance(timeout, timedelta):
+            timeout = timedelta(seconds=timeout)
+        return await self.client.read_stream(
             session_id, self.flow.agent_events, resume_token, timeout
         )
-        return message
 
 
 async def _retry_lock_conflicts(call: Callable[[], Awaitable[T]]) -> T:

@@ -19,6 +19,7 @@ from dex import Context
 
 from dex_agents_ray.engine.sdk._stored import encoded_size as stored_encoded_size
 from dex_agents_ray.engine.sdk._stored import stored_size
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session._api import AgentSessionOptions
 from dex_agents_ray.session._schema import (
     AGENT_MESSAGE_CHUNKS,
@@ -50,7 +51,7 @@ MAX_CHUNKS_PER_COMMIT = 4
 """At most this many chunks move out of the window in one commit."""
 
 
-class MessageTooLargeError(ValueError):
+class MessageTooLargeError(DexAgentsError, ValueError):
     """A message's JSON exceeds ``MAX_CHUNK_BYTES``, more than one chunk may hold.
 
     No retry can store it, so the Step that stores it fails its turn at once

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dex_agents_ray.errors import DexAgentsError
+
 __all__ = [
     "MISSING_TOOL_TASK_POLLER",
     "TOOL_CALL_NOT_RUN_ERROR_PREFIX",
@@ -85,7 +87,7 @@ class ToolPolicy:
         return is_approval_required(self.effect, self.requires_approval)
 
 
-class ToolExecutionError(Exception):
+class ToolExecutionError(DexAgentsError):
     """A tool failure the model should see: the call records ``failed``, no retry."""
 
     def __init__(self, message: str) -> None:
@@ -93,7 +95,7 @@ class ToolExecutionError(Exception):
         self.message = message
 
 
-class ToolOutcomeUnknownError(Exception):
+class ToolOutcomeUnknownError(DexAgentsError):
     """The tool sent a write and cannot tell whether it took effect: ``outcome_unknown``.
 
     By default the model reads the outcome-unknown text followed by ``message``.

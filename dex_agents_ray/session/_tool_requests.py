@@ -16,6 +16,7 @@ from typing import Any
 
 from dex import Context, StepMovement
 
+from dex_agents_ray.errors import DexAgentsError
 from dex_agents_ray.session._api import AgentEventType
 from dex_agents_ray.session._builtin_tools import (
     BuiltInArgumentsError,
@@ -56,7 +57,7 @@ __all__ = ["TurnRequestError", "check_tool_calls", "defer_tool_calls"]
 WRITE_TODOS_REPEATED = "write_todos was called more than once in one response"
 
 
-class TurnRequestError(ValueError):
+class TurnRequestError(DexAgentsError, ValueError):
     """A ``ToolCallsRequested`` that fails the turn at once, without a retry."""
 
 

@@ -2,9 +2,10 @@
 
 The SDK's JSON codec decodes a dataclass field typed ``X | None``, where ``X``
 is a dataclass, a ``datetime`` or an enum, as the raw JSON value. Every wire
-type of the session calls :func:`coerce_fields` in ``__post_init__``, so a
-value read back from the store or across a Ray boundary has its declared
-types again, and a list given for a ``tuple[...]`` field becomes a tuple.
+type of the session is a :func:`wire_value`: each construction (by a caller, or
+by the codec reading a stored value back) runs :func:`coerce_fields`, so a value
+read back from the store or across a Ray boundary has its declared types again,
+and a list given for a ``tuple[...]`` field becomes a tuple.
 """
 
 from __future__ import annotations
@@ -15,12 +16,53 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["coerce_fields"]
+__all__ = ["coerce_fields", "wire_value"]
+
+T = TypeVar("T")
 
 
 _COERCERS: dict[type[Any], Callable[[object], None]] = {}
+
+
+def wire_value(cls: type[T]) -> type[T]:
+    """Class decorator for a session wire type, placed below ``@dataclass``: every
+    construction gives the fields their declared types (:func:`coerce_fields`),
+    then runs the class's own ``__post_init__`` checks, if it has any.
+
+    Example::
+
+        @dataclass(frozen=True, kw_only=True)
+        @wire_value
+        class PlanTodo:
+            content: str
+            status: TodoStatus
+
+        PlanTodo(content="x", status="pending").status is TodoStatus.PENDING
+
+    Raises:
+        TypeError: It was placed above ``@dataclass`` (whose ``__init__`` would not
+            call the hook).
+    """
+    if dataclasses.is_dataclass(cls):
+        raise TypeError(f"@wire_value goes below @dataclass ({cls.__qualname__})")
+    checks: Callable[[object], None] | None = cls.__dict__.get("__post_init__")
+    if checks is None:
+
+        def __post_init__(self: object) -> None:
+            coerce_fields(self)
+
+    else:
+        own = checks
+
+        def __post_init__(self: object) -> None:
+            coerce_fields(self)
+            own(self)
+
+    __post_init__.__qualname__ = f"{cls.__qualname__}.__post_init__"
+    setattr(cls, "__post_init__", __post_init__)  # noqa: B010 - a hook on a class being built
+    return cls
 
 
 def coerce_fields(instance: object) -> None:

@@ -7,6 +7,7 @@ import signal
 from collections.abc import Generator
 from typing import Any
 
+from dex_agents_ray.engine import FlowEngine
 from dex_agents_ray.engine._faults import GATE_BEFORE_ACK_ENV
 
 
@@ -19,7 +20,7 @@ class KilledPid(int):
         yield  # pragma: no cover - makes this a generator
 
 
-def kill_flow_actor(engine: Any, flow_id: str) -> KilledPid:
+def kill_flow_actor(engine: FlowEngine, flow_id: str) -> KilledPid:
     """SIGKILL the process hosting ``flow_id``'s run, now; returns its PID.
 
     Ray restarts the host, which resumes the run from the store. Call it plainly

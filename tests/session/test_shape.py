@@ -223,9 +223,11 @@ def test_exports_are_pinned_and_the_top_level_reexports_the_session() -> None:
     assert len(names) == len(set(names))
     for name in names:
         assert getattr(dex_agents_ray.session, name) is getattr(dex_agents_ray, name)
-    # Then the spec's image names, from dex_agents_ray.media (pinned in tests/test_exports.py).
+    # Then the spec's image names, from dex_agents_ray.media, and the root of the
+    # package's exceptions (pinned in tests/test_exports.py).
     assert dex_agents_ray.__all__[: len(names)] == list(names)
-    assert set(dex_agents_ray.__all__[len(names) :]) <= set(dex_agents_ray.media.__all__)
+    rest = set(dex_agents_ray.__all__[len(names) :])
+    assert rest <= {*dex_agents_ray.media.__all__, "DexAgentsError"}
     for name in [
         "AgentSessionClient",
         "AgentSessionFlow",

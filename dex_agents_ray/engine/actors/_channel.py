@@ -34,6 +34,8 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from dex_agents_ray.errors import DexAgentsError
+
 logger = logging.getLogger("dex_agents_ray.engine")
 
 _HEADER = struct.Struct("!IQ")
@@ -44,7 +46,7 @@ _MAX_PATH = 100
 Handler = Callable[[Any], Awaitable[Any]]
 
 
-class ChannelClosed(ConnectionError):
+class ChannelClosed(DexAgentsError, ConnectionError):
     """The executor's socket closed with calls in flight: its process ended."""
 
 

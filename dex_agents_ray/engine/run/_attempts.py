@@ -40,6 +40,7 @@ from dex_agents_ray.engine.sdk._sdk import InvocationMethod
 from dex_agents_ray.engine.sdk._sdk import RegisteredFlow as _RegisteredFlow
 from dex_agents_ray.engine.store._records import ExecRecord, ExecStatus, evolve
 from dex_agents_ray.engine.store._store import StaleEpochError
+from dex_agents_ray.errors import DexAgentsError
 
 
 class AttemptPool(Protocol):
@@ -508,7 +509,7 @@ class AttemptRunner:
                 return
 
 
-class _Abandoned(Exception):
+class _Abandoned(DexAgentsError):
     """A remote task found its attempt superseded and ran nothing."""
 
 

@@ -27,12 +27,13 @@ from dex_agents_ray.engine.sdk._invoke import (
     invoke_step,
 )
 from dex_agents_ray.engine.sdk._sdk import InvocationMethod, flow_by_type
+from dex_agents_ray.errors import DexAgentsError
 
 ABANDONED = "abandoned"
 """What a remote attempt returns when the host refused its start (it ran nothing)."""
 
 
-class AbandonedAttempt(Exception):
+class AbandonedAttempt(DexAgentsError):
     """The executor found the attempt superseded (or cancelled) and ran nothing more."""
 
 

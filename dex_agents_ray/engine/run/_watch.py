@@ -10,6 +10,7 @@ from typing import Any
 from dex import RetryAfterError
 
 from dex_agents_ray.engine.sdk._invoke import StepResult
+from dex_agents_ray.errors import DexAgentsError
 
 
 @dataclass
@@ -26,7 +27,7 @@ class AttemptOutcome:
     """False for a remote attempt that never acknowledged its start (no user code ran)."""
 
 
-class StepTimeoutError(TimeoutError):
+class StepTimeoutError(DexAgentsError, TimeoutError):
     """An attempt ran past its method timeout or its heartbeat timeout."""
 
 

@@ -26,6 +26,7 @@ from dex_agents_ray.engine.store._records import (
     StreamAppend,
     StreamRecord,
 )
+from dex_agents_ray.errors import DexAgentsError
 
 __all__ = [
     "ClockStore",
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-class StaleEpochError(RuntimeError):
+class StaleEpochError(DexAgentsError, RuntimeError):
     """A commit came from an incarnation that no longer owns the run."""
 
     def __init__(self, flow_id: str, epoch: int, current: int | None) -> None:

@@ -222,3 +222,9 @@ async def test_readme_engine_quick_start_runs_its_flow_to_completion(tmp_path: P
 
     assert "fetched https://example.com on attempt 1" in output, output
     assert (tmp_path / ".dex-agents-ray" / "engine.db").is_file()
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    """At most 250 lines: the history of figures lives in docs/benchmarks.md."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines"

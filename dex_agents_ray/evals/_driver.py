@@ -15,6 +15,7 @@ the ``AgentEvents`` Stream (durable too).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,6 +61,10 @@ TURN_END_EVENTS = WAKE_EVENTS - {AgentEventType.INTERRUPT_RAISED}
 TURN_START_EVENTS = WAKE_EVENTS | {AgentEventType.TURN_STARTED}
 POLL_SECONDS = 10.0
 """The longest a driver waits on the event Stream before reading the snapshot anyway."""
+COMMIT_WAIT_SECONDS = 0.02
+COMMIT_WAIT_MAX_SECONDS = 1.0
+"""How long a driver waits before it reads the state again when the Stream is ahead
+of it (doubling from the first to the second)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +230,7 @@ class _Drive:
         self.answered: set[str] = set()
         self.known: int | None = None
         self.raised_seen = 0
+        self.commit_wait = COMMIT_WAIT_SECONDS
 
     async def run(self, settings: dict[str, Any]) -> SessionOutcome:
         try:
@@ -302,8 +308,22 @@ class _Drive:
             if acted:
                 self.raised_seen = self.events.raised
                 return None
+        if self.known is not None and self.events.ended >= self.known:
+            await self._wait_for_commit()
+            return None
         await self.events.read(POLL_SECONDS)
         return None
+
+    async def _wait_for_commit(self) -> None:
+        """The Stream says every message's turn ended; the state says one runs.
+
+        A turn's last events can reach the Stream before the commit that ends
+        the turn (a Stream write waits a moment for its run's commit, then is
+        appended alone), and nothing more comes on the Stream after them: so
+        look at the state again shortly instead of waiting on the Stream.
+        """
+        await asyncio.sleep(self.commit_wait)
+        self.commit_wait = min(self.commit_wait * 2, COMMIT_WAIT_MAX_SECONDS)
 
     async def _send_next(self, turn_count: int) -> None:
         """Send message ``turn_count`` unless the session already holds it."""

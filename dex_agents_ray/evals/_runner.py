@@ -276,7 +276,7 @@ class _Run:
                 await asyncio.to_thread(self.writer.write_summary, summary)
 
     def prepare_files(self) -> None:
-        """Import what ``results.parquet`` needs in a thread while the cases run."""
+        """Import what ``results.parquet`` needs, in a thread, while the run goes on."""
         if self.writer is not None:
             self._parquet = asyncio.create_task(asyncio.to_thread(load_parquet))
 
@@ -550,6 +550,7 @@ async def run_eval(
         progress=progress,
     )
     run.keep_scored(previous)
+    run.prepare_files()  # while Ray and the engine start
     engine = await _start(run, flow, model_limits, store, namespace, ray_address, out)
     try:
         todo = [c for c in cases if c.id not in run.rows]
@@ -637,5 +638,4 @@ async def _start(
     )
     run.control = EvalControl(run.run_id, namespace=namespace)
     await run.control.open(len(run.cases))  # a new actor starts while the first cases run
-    run.prepare_files()
     return run.engine

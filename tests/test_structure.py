@@ -39,14 +39,6 @@ METHODS_ALLOWED: dict[str, tuple[int, str]] = {
 """Classes over ``MAX_METHODS``: (today's count, the reason)."""
 
 LINES_ALLOWED: dict[str, tuple[int, str]] = {
-    "evals/_driver.py::drive_session": (
-        102,
-        "one decision per session state (its noqa: C901 says so); evals are out of this pass",
-    ),
-    "evals/_runner.py::run_eval": (
-        106,
-        "14 documented options of the public entry point; evals are out of this pass",
-    ),
     "openai_agents/_runner.py::OpenAIAgentsRunner.run_model_step": (
         86,
         "the framework's one model request and its run state, in order; adapters are "

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +175,34 @@ def _note(spec: str, what: str, flow_type: str, builder: str) -> None:
         f"--agent {spec}: {what}, run as session Flow {flow_type!r} ({builder}, default options)",
         file=sys.stderr,
     )
+
+
+class _RayStartNotes(logging.Filter):
+    """Drops Ray's log records below ERROR until Ray is initialized: the notes
+    ``ray.init`` prints as it starts a local Ray or joins one ("Token
+    authentication is enabled ...", "Started a local Ray instance.")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import ray
+
+        return record.levelno >= logging.ERROR or ray.is_initialized()
+
+
+@contextmanager
+def quiet_ray_start() -> Iterator[None]:
+    """Keep Ray's start-up notes off the terminal while the block starts or joins Ray
+    (a progress bar is on it); Ray's later warnings and its errors still print."""
+    import ray  # noqa: F401 - Ray's own log handler is set up on import
+
+    handlers = list(logging.getLogger("ray").handlers)
+    notes = _RayStartNotes()
+    for handler in handlers:
+        handler.addFilter(notes)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(notes)
 
 
 async def start_engine(options: ConnectionOptions, flows: Sequence[AgentSessionFlow]) -> FlowEngine:

@@ -24,6 +24,7 @@ from dex_agents_ray.cli._connection import (
     connection_options,
     connection_parser,
     load_agents,
+    quiet_ray_start,
 )
 
 CONTROL_COMMANDS = ("status", "pause", "resume", "cancel")
@@ -159,35 +160,52 @@ def _policy(args: argparse.Namespace) -> Any:
     return policies
 
 
+def _read_cases(path: str) -> list[Any]:
+    """The cases in ``path``; a ``ValueError`` of one line for a file that cannot be
+    read or holds no case (before anything is started or written)."""
+    from dex_agents_ray.evals import EvalCase
+
+    try:
+        cases = EvalCase.from_jsonl(path)
+    except OSError as error:
+        raise ValueError(f"cannot read the cases file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read the cases file {path}: it is not UTF-8 text") from None
+    if not cases:
+        raise ValueError(f"the cases file {path} holds no cases (one JSON object per line)")
+    return cases
+
+
 async def _run(args: argparse.Namespace) -> int:
-    from dex_agents_ray.evals import EvalCase, run_eval
+    from dex_agents_ray.evals import run_eval
 
     options = connection_options(args)
     (flow,) = load_agents(options.agents[:1])
     if len(options.agents) > 1:
         raise ValueError("eval takes one --agent (the agent under test)")
-    cases = EvalCase.from_jsonl(args.cases)
+    cases = _read_cases(args.cases)
     scorers = _scorers(args, cases)
     limits = _limits(args)
     out = Path(args.out) if args.out else Path("evals") / args.run_id
     bar = None if args.no_progress else _ProgressBar(len(cases))
     try:
-        report = await run_eval(
-            flow,
-            cases,
-            run_id=args.run_id,
-            concurrency=args.concurrency,
-            scorers=scorers,
-            interrupts=_policy(args),
-            model_limits=limits or None,
-            max_failures=args.max_failures,
-            max_spend_tokens=args.max_spend_tokens,
-            out=out,
-            store=options.store,
-            namespace=options.namespace,
-            ray_address=options.address,
-            progress=None if bar is None else bar.update,
-        )
+        with quiet_ray_start():  # the bar is on the terminal already
+            report = await run_eval(
+                flow,
+                cases,
+                run_id=args.run_id,
+                concurrency=args.concurrency,
+                scorers=scorers,
+                interrupts=_policy(args),
+                model_limits=limits or None,
+                max_failures=args.max_failures,
+                max_spend_tokens=args.max_spend_tokens,
+                out=out,
+                store=options.store,
+                namespace=options.namespace,
+                ray_address=options.address,
+                progress=None if bar is None else bar.update,
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -209,16 +227,18 @@ class _ProgressBar:
         self.done = 0
 
     def update(self, progress: Any) -> None:
-        self.bar.update(progress.done - self.done)
-        self.done = progress.done
         rate = progress.steps / progress.elapsed_s if progress.elapsed_s > 0 else 0.0
         self.bar.set_postfix(
             failed=progress.failed,
             waiting=progress.needs_person,
             steps_s=f"{rate:.1f}",
             tokens=progress.input_tokens + progress.output_tokens,
-            refresh=True,
+            refresh=False,
         )
+        # tqdm redraws at most every ``mininterval`` (0.1 s), not once per case;
+        # ``close`` draws the last figures.
+        self.bar.update(progress.done - self.done)
+        self.done = progress.done
 
     def close(self) -> None:
         self.bar.close()
@@ -311,7 +331,8 @@ async def _control_run(command: str, args: argparse.Namespace) -> dict[str, Any]
     from dex_agents_ray.evals import EvalControl, RunState
 
     if not ray.is_initialized():
-        ray.init(address=args.address or "auto", namespace=args.namespace or DEFAULT_NAMESPACE)
+        with quiet_ray_start():
+            ray.init(address=args.address or "auto", namespace=args.namespace or DEFAULT_NAMESPACE)
     control = EvalControl(args.run_id, namespace=args.namespace, create=False)
     states = {"pause": RunState.PAUSED, "resume": RunState.RUNNING, "cancel": RunState.CANCELLED}
     if command in states:

@@ -457,9 +457,16 @@ class FlowEngine:
         self._hosts.clear()
 
     async def resume_runs(self) -> int:
-        """Make sure every run with work in flight has a host; returns how many."""
+        """Make sure every run with work in flight has a host; returns how many.
+
+        A host resumes its runs when it starts (a shared host every run of its
+        slot), so each host is asked once: a store of thousands of sessions
+        waiting for a message costs two calls on the default placement, not one
+        per session.
+        """
         flow_ids = await self.store.runs.runs_with_work()
-        for flow_id in flow_ids:
+        one_per_host = {self.placement.host_name(flow_id): flow_id for flow_id in flow_ids}
+        for flow_id in one_per_host.values():
             await self.host(flow_id).ready.remote()
         return len(flow_ids)
 

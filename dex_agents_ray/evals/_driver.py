@@ -15,6 +15,7 @@ the ``AgentEvents`` Stream (durable too).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,6 +62,10 @@ TURN_END_EVENTS = WAKE_EVENTS - {AgentEventType.INTERRUPT_RAISED}
 TURN_START_EVENTS = WAKE_EVENTS | {AgentEventType.TURN_STARTED}
 POLL_SECONDS = 10.0
 """The longest a driver waits on the event Stream before reading the snapshot anyway."""
+COMMIT_WAIT_SECONDS = 0.02
+COMMIT_WAIT_MAX_SECONDS = 1.0
+"""How long a driver waits before it reads the state again when the Stream is ahead
+of it (doubling from the first to the second)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +191,7 @@ def tool_call_count(messages: tuple[AgentMessage, ...]) -> int:
     return len({m.tool_call_id for m in messages if m.role is MessageRole.TOOL and m.tool_call_id})
 
 
-async def drive_session(  # noqa: C901 - one decision per session state
+async def drive_session(
     sessions: AgentSessionClient,
     session_id: str,
     case: EvalCase,
@@ -195,51 +200,88 @@ async def drive_session(  # noqa: C901 - one decision per session state
     turns: tuple[str, ...] | None = None,
     settings: dict[str, Any] | None = None,
 ) -> SessionOutcome:
-    """Start (or resume) ``session_id`` and run ``turns`` (default: the case's).
+    """Start (or resume) ``session_id`` and run ``turns`` (default: the case's)."""
+    drive = _Drive(sessions, session_id, case, policy, case.turns if turns is None else turns)
+    return await drive.run(dict(case.session_settings) if settings is None else settings)
+
+
+class _Drive:
+    """One session driven through its turns.
 
     ``known`` is how many user messages the session holds, once this process
     knows it for sure (it started the session, or it sent a message after the
     durable check); until then, and after a restart, every decision comes from
     the snapshot and the Step history. With it, a turn that ended
     ``turn_completed`` on the event Stream is followed by the next message
-    without reading the snapshot again.
+    without reading the snapshot again: a case costs what a plain loop over
+    the client costs, plus one snapshot at the end.
     """
-    turns = case.turns if turns is None else turns
-    events = _Events(sessions, session_id)
-    answered: set[str] = set()
-    known: int | None = None
-    raised_seen = 0
-    try:
-        # DISALLOW: a session ID used before (even by a closed run) is never started
-        # again; this start is also the existence check.
-        await sessions.start_session(
-            session_id,
-            turns[0],
-            session_settings=dict(case.session_settings) if settings is None else settings,
-            options=StartFlowOptions(id_reuse_policy=IdReusePolicy.DISALLOW),
-        )
-        known = 1
-    except FlowAlreadyStartedError:
-        pass  # an earlier driver of the run started it: go on from its state
-    while True:
-        if known is not None and events.raised == raised_seen:
-            if events.ended < known:  # the last message's turn still runs
-                if await events.read(POLL_SECONDS):
-                    continue
-            elif (
-                events.ended == known
-                and events.last_end is AgentEventType.TURN_COMPLETED
-                and known < len(turns)
-            ):
-                await sessions.send_user_message(session_id, turns[known])
-                known += 1
+
+    def __init__(
+        self,
+        sessions: AgentSessionClient,
+        session_id: str,
+        case: EvalCase,
+        policy: InterruptPolicy | Sequence[InterruptPolicy] | None,
+        turns: tuple[str, ...],
+    ) -> None:
+        self.sessions = sessions
+        self.session_id = session_id
+        self.case = case
+        self.policy = policy
+        self.turns = turns
+        self.events = _Events(sessions, session_id)
+        self.answered: set[str] = set()
+        self.known: int | None = None
+        self.raised_seen = 0
+        self.commit_wait = COMMIT_WAIT_SECONDS
+
+    async def run(self, settings: dict[str, Any]) -> SessionOutcome:
+        try:
+            # DISALLOW: a session ID used before (even by a closed run) is never started
+            # again; this start is also the existence check.
+            await self.sessions.start_session(
+                self.session_id,
+                self.turns[0],
+                session_settings=settings,
+                options=StartFlowOptions(id_reuse_policy=IdReusePolicy.DISALLOW),
+            )
+            self.known = 1
+        except FlowAlreadyStartedError:
+            pass  # an earlier driver of the run started it: go on from its state
+        while True:
+            if await self._from_events():
                 continue
-        snapshot = await sessions.get_agent_snapshot(session_id)
-        raised_seen = events.raised
+            snapshot = await self.sessions.get_agent_snapshot(self.session_id)
+            self.raised_seen = self.events.raised
+            outcome = await self._from_snapshot(snapshot)
+            if outcome is not None:
+                return outcome
+
+    async def _from_events(self) -> bool:
+        """Go on from the event Stream alone where this process knows enough; whether
+        it did (``False``: read the snapshot)."""
+        known, events = self.known, self.events
+        if known is None or events.raised != self.raised_seen:
+            return False
+        if events.ended < known:  # the last message's turn still runs
+            return await events.read(POLL_SECONDS)
+        if (
+            events.ended == known
+            and events.last_end is AgentEventType.TURN_COMPLETED
+            and known < len(self.turns)
+        ):
+            await self.sessions.send_user_message(self.session_id, self.turns[known])
+            self.known = known + 1
+            return True
+        return False
+
+    async def _from_snapshot(self, snapshot: AgentSnapshot) -> SessionOutcome | None:
+        """What ``snapshot`` says to do: the outcome, or ``None`` to look again."""
         state = snapshot.state
         if state is None:
-            await events.read(1.0)
-            continue
+            await self.events.read(1.0)
+            return None
         busy = (
             state.active_turn_id is not None
             or snapshot.queued_message_count > 0
@@ -247,47 +289,68 @@ async def drive_session(  # noqa: C901 - one decision per session state
         )
         if not busy:
             if state.last_turn_error:
-                messages = await all_messages(sessions, session_id, snapshot)
-                return SessionOutcome(
-                    status="failed",
-                    snapshot=snapshot,
-                    messages=messages,
-                    error=f"turn {state.turn_count}: {state.last_turn_error}",
-                    interrupts_answered=len(answered),
-                )
-            if state.turn_count < len(turns):
-                # Read the history first, then the state again: a message handed
-                # to AwaitUserMessage after the history read shows in the state.
-                if await message_in_flight(sessions, session_id):
-                    await events.read(1.0, wake=TURN_START_EVENTS)
-                    continue
-                if _idle_at(await sessions.get_agent_snapshot(session_id), state.turn_count):
-                    await sessions.send_user_message(session_id, turns[state.turn_count])
-                    await events.drain()  # the Stream up to now, for ``ended``
-                    known = state.turn_count + 1
-                continue
-            messages = await all_messages(sessions, session_id, snapshot)
-            return SessionOutcome(
-                status="done",
-                snapshot=snapshot,
-                messages=messages,
-                interrupts_answered=len(answered),
-            )
-        pending = [i for i in snapshot.pending_interrupts if i.interrupt_id not in answered]
+                error = f"turn {state.turn_count}: {state.last_turn_error}"
+                return await self._outcome("failed", snapshot, error)
+            if state.turn_count < len(self.turns):
+                await self._send_next(state.turn_count)
+                return None
+            return await self._outcome("done", snapshot)
+        pending = [i for i in snapshot.pending_interrupts if i.interrupt_id not in self.answered]
         if pending:
-            acted, waiting = await _answer(sessions, session_id, case, policy, pending, events)
-            answered.update(i.interrupt_id for i in pending if i.interrupt_id not in waiting)
+            acted, waiting = await _answer(
+                self.sessions, self.session_id, self.case, self.policy, pending, self.events
+            )
+            self.answered.update(i.interrupt_id for i in pending if i.interrupt_id not in waiting)
             if waiting and not acted:
+                error = "waits for a person: " + ", ".join(waiting.values())
                 return SessionOutcome(
                     status="needs_person",
                     snapshot=snapshot,
-                    error="waits for a person: " + ", ".join(waiting.values()),
-                    interrupts_answered=len(answered),
+                    error=error,
+                    interrupts_answered=len(self.answered),
                 )
             if acted:
-                raised_seen = events.raised
-                continue
-        await events.read(POLL_SECONDS)
+                self.raised_seen = self.events.raised
+                return None
+        if self.known is not None and self.events.ended >= self.known:
+            await self._wait_for_commit()
+            return None
+        await self.events.read(POLL_SECONDS)
+        return None
+
+    async def _wait_for_commit(self) -> None:
+        """The Stream says every message's turn ended; the state says one runs.
+
+        A turn's last events can reach the Stream before the commit that ends
+        the turn (a Stream write waits a moment for its run's commit, then is
+        appended alone), and nothing more comes on the Stream after them: so
+        look at the state again shortly instead of waiting on the Stream.
+        """
+        await asyncio.sleep(self.commit_wait)
+        self.commit_wait = min(self.commit_wait * 2, COMMIT_WAIT_MAX_SECONDS)
+
+    async def _send_next(self, turn_count: int) -> None:
+        """Send message ``turn_count`` unless the session already holds it."""
+        # Read the history first, then the state again: a message handed to
+        # AwaitUserMessage after the history read shows in the state.
+        if await message_in_flight(self.sessions, self.session_id):
+            await self.events.read(1.0, wake=TURN_START_EVENTS)
+            return
+        if _idle_at(await self.sessions.get_agent_snapshot(self.session_id), turn_count):
+            await self.sessions.send_user_message(self.session_id, self.turns[turn_count])
+            await self.events.drain()  # the Stream up to now, for ``ended``
+            self.known = turn_count + 1
+
+    async def _outcome(
+        self, status: str, snapshot: AgentSnapshot, error: str | None = None
+    ) -> SessionOutcome:
+        return SessionOutcome(
+            status=status,
+            snapshot=snapshot,
+            messages=await all_messages(self.sessions, self.session_id, snapshot),
+            error=error,
+            interrupts_answered=len(self.answered),
+        )
 
 
 async def _answer(

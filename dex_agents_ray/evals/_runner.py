@@ -37,6 +37,7 @@ from dex_agents_ray.evals._results import (
     CaseStatus,
     EvalReport,
     ResultsWriter,
+    load_parquet,
     read_results,
 )
 from dex_agents_ray.evals._runs import write_run_record
@@ -182,6 +183,8 @@ class _Run:
         self._state_changed = asyncio.Event()
         self._unwritten: list[CaseResult] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._publisher: asyncio.Task[None] | None = None
+        self._parquet: asyncio.Task[bool] | None = None
         self._published = self._summarized = -PUBLISH_SECONDS
 
     def sessions_for(self, flow: AgentSessionFlow) -> AgentSessionClient:
@@ -213,6 +216,13 @@ class _Run:
         self.rows[row.case_id] = row
         self._count(row, 1)
 
+    def keep_scored(self, previous: Mapping[str, CaseResult]) -> None:
+        """Keep the scored rows of an earlier run (a rerun skips those cases)."""
+        for case in self.cases:
+            row = previous.get(case.id)
+            if row is not None and row.status.final:
+                self.keep(row)
+
     def snapshot(self) -> EvalProgress:
         return EvalProgress(
             total=len(self.cases),
@@ -231,7 +241,7 @@ class _Run:
             stopped=self.stopped,
         )
 
-    async def _finish(self, row: CaseResult) -> None:
+    def _finish(self, row: CaseResult) -> None:
         self.keep(row)
         if self.writer is not None:
             self._unwritten.append(row)
@@ -240,9 +250,17 @@ class _Run:
         now = time.monotonic()
         if self.control is not None and now - self._published >= PUBLISH_SECONDS:
             self._published = now
-            await self.control.publish(self.snapshot())
+            if self._publisher is None or self._publisher.done():
+                if self._publisher is not None:
+                    self._publisher.result()  # a failed publish fails the run, as it did inline
+                # In the background: a case's slot never waits for the control actor.
+                self._publisher = asyncio.create_task(self.publish())
         if self.progress is not None:
             self.progress(self.snapshot())
+
+    async def publish(self) -> None:
+        assert self.control is not None
+        await self.control.publish(self.snapshot())
 
     async def _flush(self) -> None:
         """Write the rows that finished meanwhile: one write and fsync per batch, in a
@@ -257,6 +275,21 @@ class _Run:
                 self._summarized = now
                 summary = self.report().summary()
                 await asyncio.to_thread(self.writer.write_summary, summary)
+
+    def prepare_files(self) -> None:
+        """Import what ``results.parquet`` needs, in a thread, while the run goes on
+        (about 0.5 s of CPU: pyarrow's first array imports pandas)."""
+        if self.writer is not None:
+            self._parquet = asyncio.create_task(asyncio.to_thread(load_parquet))
+
+    async def write_files(self, report: EvalReport) -> None:
+        """``summary.json`` and ``results.parquet`` at the end of the run."""
+        if self.writer is None:
+            return
+        self.writer.write_summary(report.summary())
+        if self._parquet is not None:
+            await self._parquet
+        self.writer.write_parquet(report.results)
 
     async def drain(self) -> None:
         """Wait until every finished row is on disk."""
@@ -347,7 +380,7 @@ class _Run:
             if self.state is not RunState.PAUSED:
                 break
             if self.control is not None:
-                await self.control.publish(self.snapshot())  # what a paused run has done
+                await self.publish()  # what a paused run has done
             await self._state_changed.wait()
         if self.state is RunState.CANCELLED:
             self.stopped = "cancelled"
@@ -417,7 +450,7 @@ class _Run:
                     self.stopped = self.stopped or "spend ceiling reached"
                 running.pop(case.id, None)
                 self.running -= 1
-                await self._finish(row)
+                self._finish(row)
             finally:
                 if case.id in running:  # it raised: the slot is free all the same
                     running.pop(case.id, None)
@@ -434,6 +467,7 @@ class _Run:
             running[case.id] = task
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+        self.prepare_files()  # as the last cases run and free the CPUs
         try:
             if tasks:
                 await asyncio.gather(*tasks)
@@ -442,7 +476,9 @@ class _Run:
                 watcher.cancel()
         await self.drain()
         if self.control is not None:
-            await self.control.publish(self.snapshot())
+            if self._publisher is not None:
+                await self._publisher  # the last word is the final progress
+            await self.publish()
 
 
 def _cost(case: EvalCase) -> float | None:
@@ -470,9 +506,9 @@ async def run_eval(
     """Run every case as a session of ``flow`` and score it; returns the report.
 
     Durable and resumable: the same ``run_id`` again skips the cases ``out``
-    already holds a scored row for, resumes unfinished
-    sessions where they are, and starts the rest. A case needing a person is
-    reported ``needs_person`` and its session left waiting.
+    already holds a scored row for, resumes unfinished sessions where they are,
+    and starts the rest. A case needing a person is reported ``needs_person``
+    and its session left waiting.
 
     Args:
         flow: The agent (its Flow type names the sessions' type).
@@ -501,6 +537,45 @@ async def run_eval(
         ValueError: A bad ``run_id``, ``concurrency``, duplicate case IDs;
             nothing is started.
     """
+    cases, scorer_objects = _checked(
+        flow, cases, run_id, concurrency, scorers, model_limits, max_failures, max_spend_tokens
+    )
+    previous = read_results(Path(out) / RESULTS_FILE) if out is not None else {}
+    run = _Run(
+        run_id=run_id,
+        cases=cases,
+        scorers=scorer_objects,
+        interrupts=interrupts,
+        concurrency=concurrency,
+        max_failures=max_failures,
+        max_spend_tokens=max_spend_tokens,
+        writer=ResultsWriter(Path(out)) if out is not None else None,
+        progress=progress,
+    )
+    run.keep_scored(previous)
+    engine = await _start(run, flow, model_limits, store, namespace, ray_address, out)
+    try:
+        todo = [c for c in cases if c.id not in run.rows]
+        await run.schedule(run.flows[flow.get_flow_type()], todo)
+        report = run.report()
+        await run.write_files(report)
+        return report
+    finally:
+        # The sessions stay in the store; waiting ones hold no process.
+        await engine.shutdown(stop_hosts=False)
+
+
+def _checked(
+    flow: AgentSessionFlow,
+    cases: Sequence[EvalCase],
+    run_id: str,
+    concurrency: int,
+    scorers: Sequence[ScorerLike],
+    model_limits: Mapping[str, ModelRateLimit] | None,
+    max_failures: int | None,
+    max_spend_tokens: int | None,
+) -> tuple[list[EvalCase], list[Scorer]]:
+    """``run_eval``'s arguments checked (before anything starts): the cases and scorers."""
     check_run_id(run_id)
     if not isinstance(flow, AgentSessionFlow):
         raise TypeError("run_eval: flow must be an AgentSessionFlow")
@@ -525,49 +600,19 @@ async def run_eval(
     names = [s.name for s in scorer_objects]
     if len(set(names)) != len(names):
         raise ValueError(f"run_eval: scorer names must be unique, got {names}")
-    previous = read_results(Path(out) / RESULTS_FILE) if out is not None else {}
-    writer = ResultsWriter(Path(out)) if out is not None else None
-    run = _Run(
-        run_id=run_id,
-        cases=cases,
-        scorers=scorer_objects,
-        interrupts=interrupts,
-        concurrency=concurrency,
-        max_failures=max_failures,
-        max_spend_tokens=max_spend_tokens,
-        writer=writer,
-        progress=progress,
-    )
-    if writer is not None:
-        for case in cases:
-            row = previous.get(case.id)
-            if row is not None and row.status.final:
-                run.keep(row)
-    await _start(run, flow, scorer_objects, model_limits, store, namespace, ray_address, out)
-    assert run.engine is not None
-    try:
-        todo = [c for c in cases if c.id not in run.rows]
-        await run.schedule(run.flows[flow.get_flow_type()], todo)
-        report = run.report()
-        if writer is not None:
-            writer.write_summary(report.summary())
-            writer.write_parquet(report.results)
-        return report
-    finally:
-        # The sessions stay in the store; waiting ones hold no process.
-        await run.engine.shutdown(stop_hosts=False)
+    return cases, scorer_objects
 
 
 async def _start(
     run: _Run,
     flow: AgentSessionFlow,
-    scorers: Sequence[Scorer],
     model_limits: Mapping[str, ModelRateLimit] | None,
     store: str | Path | None,
     namespace: str | None,
     ray_address: str | None,
     out: str | Path | None,
-) -> None:
+) -> FlowEngine:
+    """Make the run's flows (with its limiter), start its engine and open its control."""
     namespace = namespace or DEFAULT_NAMESPACE
     if out is not None:  # the eval pages read the run's agent, cases and start from it
         write_run_record(out, run_id=run.run_id, agent=flow.get_flow_type(), cases=run.cases)
@@ -588,7 +633,7 @@ async def _start(
             namespace=namespace,
             ceiling=run.ceiling,
         )
-    flows = [flow] + [f for s in scorers for f in getattr(s, "flows", ())]
+    flows = [flow] + [f for s in run.scorers for f in getattr(s, "flows", ())]
     for each in flows:
         if each.get_flow_type() not in run.flows:
             run.flows[each.get_flow_type()] = _eval_flow(each, limiter)
@@ -596,4 +641,5 @@ async def _start(
         list(run.flows.values()), store=store, namespace=namespace, ray_address=ray_address
     )
     run.control = EvalControl(run.run_id, namespace=namespace)
-    await run.control.open(len(run.cases))
+    await run.control.open(len(run.cases))  # a new actor starts while the first cases run
+    return run.engine

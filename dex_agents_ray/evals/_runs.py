@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dex_agents_ray.evals._cases import EvalCase
-from dex_agents_ray.evals._control import EvalControl, RunState
+from dex_agents_ray.evals._control import ACTOR_NAME, EvalControl, RunState
 from dex_agents_ray.evals._results import (
     RESULTS_FILE,
     SUMMARY_FILE,
@@ -51,7 +51,6 @@ CASES_FILE = "cases.jsonl"
 """The run's cases under ``out``, one JSON object per line."""
 RUN_SCHEMA_VERSION = 1
 """The version of ``run.json`` this release writes."""
-_CONTROL_PREFIX = "dexeval:"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,28 +344,27 @@ def eval_run_status(
     return EvalRunStatus.RUNNING
 
 
-def _control_names(namespace: str | None) -> set[str]:
+def _has_control_actor(namespace: str | None) -> bool:
     import ray
 
     if namespace is None:
         namespace = ray.get_runtime_context().namespace
-    return {
-        entry["name"].removeprefix(_CONTROL_PREFIX)
+    return any(
+        entry["namespace"] == namespace and entry["name"] == ACTOR_NAME
         for entry in ray.util.list_named_actors(all_namespaces=True)
-        if entry["namespace"] == namespace and entry["name"].startswith(_CONTROL_PREFIX)
-    }
+    )
 
 
 async def eval_run_progress(
     run_ids: Iterable[str], *, namespace: str | None = None
 ) -> dict[str, dict[str, Any]]:
     """The control actor's status (``EvalControl.status()``) of each run in
-    ``run_ids`` that has one in ``namespace`` (``None``: the current one); runs
-    without one are left out. Ray must be initialized."""
+    ``run_ids`` that it knows in ``namespace`` (``None``: the current one); runs
+    it does not know are left out. Ray must be initialized."""
     wanted = set(run_ids)
-    if not wanted:
+    if not wanted or not await asyncio.to_thread(_has_control_actor, namespace):
         return {}
-    present = wanted & await asyncio.to_thread(_control_names, namespace)
+    present = wanted
 
     async def status(run_id: str) -> tuple[str, dict[str, Any] | None]:
         try:
@@ -374,7 +372,7 @@ async def eval_run_progress(
                 EvalControl, run_id, namespace=namespace, create=False
             )
             return run_id, await control.status()
-        except Exception:  # gone since the listing, or dead: no driver to show
+        except Exception:  # unknown to the actor, or it is gone: no driver to show
             return run_id, None
 
     found = await asyncio.gather(*(status(run_id) for run_id in sorted(present)))

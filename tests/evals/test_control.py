@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import ray
 
 from dex_agents_ray.evals import CaseStatus, EvalCase, EvalControl, RunState, run_eval
@@ -128,3 +129,32 @@ async def test_cancel_cancels_the_running_turn(
     (row,) = report.results
     assert row.status is CaseStatus.CANCELLED
     assert row.error == "the run was cancelled; turn-1 cancelled"
+
+
+async def test_every_run_of_a_namespace_shares_one_control_actor(
+    ray_session: None, namespace: str
+) -> None:
+    with pytest.raises(ValueError, match="no eval run 'r1' in namespace"):
+        EvalControl("r1", namespace=namespace, create=False)  # no run in the namespace yet
+
+    first = EvalControl("r1", namespace=namespace)
+    await first.open(3)
+    await first.set_state(RunState.CANCELLED)
+    second = EvalControl("r2", namespace=namespace)
+    await second.open(5)
+
+    assert await EvalControl("r1", namespace=namespace, create=False).status() == {
+        "total": 3,
+        "state": "cancelled",
+    }
+    assert (await second.status())["state"] == "running"
+    with pytest.raises(ValueError, match="no eval run 'r3' in namespace"):
+        await EvalControl("r3", namespace=namespace, create=False).status()
+    # A rerun of an ID starts running again, whatever the last run left.
+    rerun = EvalControl("r1", namespace=namespace)
+    await rerun.open(4)
+    assert await rerun.status() == {"total": 4, "state": "running"}
+    ours = [
+        a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace
+    ]
+    assert ours == [{"name": "dexeval", "namespace": namespace}]  # no process per run

@@ -186,7 +186,8 @@ class ExecutorPool:
     async def _drained(self, shape: _Shape, index: int, handle: Any, error: BaseException) -> bool:
         """Whether ``error`` says the executor ended by draining: it died and its name
         is gone (Ray keeps the name of one it restarts). A drained executor started
-        none of the calls it got after it began to drain."""
+        none of the calls it got after it began to drain. Its socket can close a
+        moment before Ray has its name released, so the name is asked a few times."""
         import ray
 
         if handle is not shape.handles[index]:
@@ -195,10 +196,12 @@ class ExecutorPool:
         if not _is_death(cause):
             return False
         name = executor_name(shape.key, index)
-        try:
-            await asyncio.to_thread(ray.get_actor, name, self._namespace)
-        except ValueError:
-            return True
+        for _ in range(_NAME_CHECKS):
+            try:
+                await asyncio.to_thread(ray.get_actor, name, self._namespace)
+            except ValueError:
+                return True
+            await asyncio.sleep(_ALIVE_CHECK_INTERVAL)  # a retry interval, not a timing guess
         return False
 
     def _forget(self, shape: _Shape, index: int, handle: Any) -> None:
@@ -423,6 +426,8 @@ def _executor_died(error: BaseException) -> BaseException:
 
 _ALIVE_CHECKS = 100
 _ALIVE_CHECK_INTERVAL = 0.05
+_NAME_CHECKS = 10
+"""How often a dead executor's name is asked for before it counts as crashed, not drained."""
 """A restarted executor is confirmed for up to about 5 s plus Ray's own answers."""
 
 

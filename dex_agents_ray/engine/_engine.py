@@ -554,7 +554,10 @@ class FlowEngine:
                 continue
             try:
                 handle = ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
+            except Exception as error:  # it is ending: nothing to kill
+                # Gone since the listing (ValueError), or ending with the process that
+                # owned it (a worker's actors: Ray can no longer load its class).
+                logger.debug("stop_hosts: %s is gone (%r)", name, error)
                 continue
             (executors if name.startswith(EXECUTOR_PREFIX) else hosts).append(handle)
         for handle in hosts:

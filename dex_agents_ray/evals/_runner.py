@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dex_agents_ray.engine import FlowEngine
+from dex_agents_ray.engine import EngineOptions, FlowEngine
 from dex_agents_ray.evals._cases import EvalCase
 from dex_agents_ray.evals._control import EvalControl, RunState
 from dex_agents_ray.evals._driver import (
@@ -502,6 +502,7 @@ async def run_eval(
     namespace: str | None = None,
     ray_address: str | None = None,
     progress: Callable[[EvalProgress], None] | None = None,
+    engine_options: EngineOptions | None = None,
 ) -> EvalReport:
     """Run every case as a session of ``flow`` and score it; returns the report.
 
@@ -532,6 +533,10 @@ async def run_eval(
         namespace: The engine's Ray namespace (default ``dex-agents-ray``).
         ray_address: Ray to join when Ray is not initialized.
         progress: Called with an ``EvalProgress`` after each case.
+        engine_options: How the run's engine starts (``FlowEngine.start``'s
+            options: ``host_resources`` to keep session hosts on certain nodes
+            of a cluster, ``shared_hosts``, ``passivate_after``...); ``store``,
+            ``namespace`` and ``ray_address`` given here win over its fields.
 
     Raises:
         ValueError: A bad ``run_id``, ``concurrency``, duplicate case IDs;
@@ -553,7 +558,14 @@ async def run_eval(
         progress=progress,
     )
     run.keep_scored(previous)
-    engine = await _start(run, flow, model_limits, store, namespace, ray_address, out)
+    options = engine_options or EngineOptions()
+    options = dataclasses.replace(
+        options,
+        store=store if store is not None else options.store,
+        namespace=namespace if namespace is not None else options.namespace,
+        ray_address=ray_address if ray_address is not None else options.ray_address,
+    )
+    engine = await _start(run, flow, model_limits, options, out)
     try:
         todo = [c for c in cases if c.id not in run.rows]
         await run.schedule(run.flows[flow.get_flow_type()], todo)
@@ -607,13 +619,11 @@ async def _start(
     run: _Run,
     flow: AgentSessionFlow,
     model_limits: Mapping[str, ModelRateLimit] | None,
-    store: str | Path | None,
-    namespace: str | None,
-    ray_address: str | None,
+    options: EngineOptions,
     out: str | Path | None,
 ) -> FlowEngine:
     """Make the run's flows (with its limiter), start its engine and open its control."""
-    namespace = namespace or DEFAULT_NAMESPACE
+    namespace = options.namespace or DEFAULT_NAMESPACE
     if out is not None:  # the eval pages read the run's agent, cases and start from it
         write_run_record(out, run_id=run.run_id, agent=flow.get_flow_type(), cases=run.cases)
     limiter: EvalModelLimiter | None = None
@@ -638,7 +648,7 @@ async def _start(
         if each.get_flow_type() not in run.flows:
             run.flows[each.get_flow_type()] = _eval_flow(each, limiter)
     run.engine = await FlowEngine.start(
-        list(run.flows.values()), store=store, namespace=namespace, ray_address=ray_address
+        list(run.flows.values()), options=dataclasses.replace(options, namespace=namespace)
     )
     run.control = EvalControl(run.run_id, namespace=namespace)
     await run.control.open(len(run.cases))  # a new actor starts while the first cases run

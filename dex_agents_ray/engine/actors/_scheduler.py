@@ -49,6 +49,12 @@ class FlowScheduler:
         """The actor's process ID (for crash tests)."""
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node the actor runs on (for node-fault tests)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def woken_runs(self) -> int:
         """How many activations the scheduler made (for tests and monitoring)."""
         return self.woken

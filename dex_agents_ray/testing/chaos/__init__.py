@@ -3,7 +3,8 @@
 ``ChaosCampaign(engine=..., flow=..., turns=[...], faults=50, seed=7).run()``
 drives sessions through scripted turns while seeded faults hit (SIGKILL of
 session hosts, tool executors and the scheduler; a PostgreSQL crash-restart;
-dropped store connections), then checks what the store holds with
+dropped store connections; a worker node of a multi-node cluster killed and one
+added back), then checks what the store holds with
 :func:`check_invariants`: DESIGN.md's six invariants, no stuck session, no
 lost or doubled user message / approval / answer, no error surfacing to a
 caller, and exactly one result per tool call. ``str(report)`` prints the
@@ -20,6 +21,11 @@ from dex_agents_ray.testing.chaos._checker import (
     repeated_events,
     uncommitted_results,
 )
+from dex_agents_ray.testing.chaos._nodes import (
+    ClusterNodes,
+    LoopbackClusterNodes,
+    wait_until_dead,
+)
 from dex_agents_ray.testing.chaos._record import (
     CampaignRecord,
     FaultKind,
@@ -34,9 +40,11 @@ __all__ = [
     "DEFAULT_FAULT_WEIGHTS",
     "CampaignRecord",
     "ChaosCampaign",
+    "ClusterNodes",
     "ChaosReport",
     "FaultKind",
     "FaultRecord",
+    "LoopbackClusterNodes",
     "ResolutionRecord",
     "SessionRecord",
     "ToolInvocation",
@@ -44,4 +52,5 @@ __all__ = [
     "check_invariants",
     "repeated_events",
     "uncommitted_results",
+    "wait_until_dead",
 ]

@@ -26,6 +26,7 @@ from dex_agents_ray.testing.chaos._checker import (
     uncommitted_results,
 )
 from dex_agents_ray.testing.chaos._faults import FaultInjector
+from dex_agents_ray.testing.chaos._nodes import ClusterNodes
 from dex_agents_ray.testing.chaos._record import (
     CampaignRecord,
     FaultKind,
@@ -80,8 +81,13 @@ class ChaosReport:
     def faults_by_kind(self) -> dict[str, int]:
         return dict(sorted(Counter(str(f.kind) for f in self.injected).items()))
 
-    def recovery_seconds(self) -> list[float]:
-        return sorted(f.recovered_seconds for f in self.injected if f.recovered_seconds is not None)
+    def recovery_seconds(self, kind: FaultKind | None = None) -> list[float]:
+        """Each injected fault's recovery time (of ``kind`` only, when given), sorted."""
+        return sorted(
+            f.recovered_seconds
+            for f in self.injected
+            if f.recovered_seconds is not None and (kind is None or f.kind is kind)
+        )
 
     def __str__(self) -> str:
         recover = self.recovery_seconds()
@@ -96,6 +102,19 @@ class ChaosReport:
             lines.append(
                 f"  time to the next completed turn after a fault: median {median:.2f} s, "
                 f"max {recover[-1]:.2f} s; drain after the last fault {self.drain_seconds:.1f} s"
+            )
+        node_faults = [f for f in self.injected if f.kind is FaultKind.NODE]
+        if node_faults:
+            node = self.recovery_seconds(FaultKind.NODE)
+            unrecovered = len(node_faults) - len(node)
+            lines.append(
+                f"  node kills: {len(node_faults)}; the affected sessions' next completed turn "
+                + (
+                    f"after a median {node[len(node) // 2]:.2f} s, max {node[-1]:.2f} s"
+                    if node
+                    else "never came"
+                )
+                + (f" ({unrecovered} never recovered)" if node and unrecovered else "")
             )
         lines.append(f"  result events of failed attempts: {len(self.uncommitted_results)}")
         lines += [f"    {r}" for r in self.uncommitted_results[:20]]
@@ -149,6 +168,9 @@ class ChaosCampaign:
     """Real tool runs (read from the tools' own logs) after the campaign."""
     restart_postgres: Callable[[], Awaitable[None] | None] | None = None
     """Crash-restarts the PostgreSQL server, for ``FaultKind.POSTGRES_RESTART``."""
+    nodes: ClusterNodes | None = None
+    """The cluster's killable worker nodes, for ``FaultKind.NODE`` (for example
+    ``LoopbackClusterNodes(cluster, node_args)``)."""
     approve: Callable[[AgentInterrupt], bool] = lambda interrupt: True
     answer: Callable[[AgentInterrupt], str] = _first_choice
     session_prefix: str = "chaos"
@@ -159,6 +181,7 @@ class ChaosCampaign:
     _record: CampaignRecord = field(default_factory=CampaignRecord, init=False)
     _busy: set[str] = field(default_factory=set, init=False)
     _completions: list[float] = field(default_factory=list, init=False)
+    _completed: dict[str, list[float]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if not self.turns:
@@ -176,6 +199,16 @@ class ChaosCampaign:
                 f"ChaosCampaign.fault_weights needs FaultKind keys and a weight > 0, got "
                 f"{dict(self.fault_weights)}"
             )
+        if self.fault_weights.get(FaultKind.NODE, 0) > 0 and self.nodes is None:
+            raise ValueError(
+                "ChaosCampaign.fault_weights gives FaultKind.NODE a weight but no "
+                "ChaosCampaign.nodes says which nodes to kill"
+            )
+        if self.nodes is not None and not isinstance(self.nodes, ClusterNodes):
+            raise TypeError(
+                "ChaosCampaign.nodes must have killable(), kill(node_id) and add() "
+                f"(a ClusterNodes), got {type(self.nodes).__name__}"
+            )
 
     @property
     def client(self) -> AgentSessionClient:
@@ -192,7 +225,7 @@ class ChaosCampaign:
         slots = [
             asyncio.create_task(self._slot(counter, faults_done)) for _ in range(self.sessions)
         ]
-        injector = FaultInjector(self.engine, rng, self.restart_postgres)
+        injector = FaultInjector(self.engine, rng, self.restart_postgres, self.nodes)
         try:
             await self._inject(injector, rng, log, start, faults_done, slots)
             await asyncio.gather(*slots)
@@ -219,8 +252,18 @@ class ChaosCampaign:
 
     def _with_recovery(self, fault: FaultRecord, start: float) -> FaultRecord:
         at = start + fault.at_seconds
-        after = [c - at for c in self._completions if c >= at]
-        recovered = min(after) if after and fault.injected else None
+        recovered: float | None = None
+        if fault.injected and fault.affected_sessions:
+            # Each affected session's next completed turn; the last of them.
+            nexts = [
+                min((c - at for c in self._completed.get(sid, []) if c >= at), default=None)
+                for sid in fault.affected_sessions
+            ]
+            if all(n is not None for n in nexts):
+                recovered = max(n for n in nexts if n is not None)
+        elif fault.injected:
+            after = [c - at for c in self._completions if c >= at]
+            recovered = min(after) if after else None
         return FaultRecord(**{**fault.__dict__, "recovered_seconds": recovered})
 
     async def _inject(
@@ -244,10 +287,11 @@ class ChaosCampaign:
                 FaultRecord(
                     index=len(log),
                     kind=kind,
-                    at_seconds=time.monotonic() - start,
+                    at_seconds=(time.monotonic() if outcome.at is None else outcome.at) - start,
                     target=outcome.target,
                     injected=outcome.injected,
                     detail=outcome.detail,
+                    affected_sessions=outcome.affected,
                 )
             )
             injected += outcome.injected
@@ -295,7 +339,9 @@ class ChaosCampaign:
                 return
             self._busy.discard(sid)
             session.turns_completed = number
-            self._completions.append(time.monotonic())
+            now = time.monotonic()
+            self._completions.append(now)
+            self._completed.setdefault(sid, []).append(now)
         self._busy.discard(sid)
 
     async def _finish_turn(self, session: SessionRecord, number: int) -> bool:

@@ -32,6 +32,9 @@ class FaultKind(StrEnum):
     """The PostgreSQL server crash-restarted (``ChaosCampaign.restart_postgres``)."""
     STORE_CONNECTIONS = "store_connections"
     """Every other connection to the PostgreSQL database terminated."""
+    NODE = "node"
+    """A worker node of a multi-node cluster killed (its raylet and every process
+    on it), then a node like it added back (``ChaosCampaign.nodes``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +53,13 @@ class FaultRecord:
     """``False`` when there was nothing to hit (``detail`` says why)."""
     detail: str = ""
     """Killed PIDs, or why nothing was injected."""
+    affected_sessions: tuple[str, ...] = ()
+    """The sessions with a turn in flight whose host the fault took (a node
+    fault's); empty when the fault names none."""
     recovered_seconds: float | None = None
-    """Seconds from the fault to the next turn any session completed;
-    ``None`` when no turn completed after it."""
+    """Seconds from the fault to the next turn any session completed, or, when
+    ``affected_sessions`` names some, to the moment each of them had completed
+    its next turn; ``None`` when that never came."""
 
 
 @dataclass(frozen=True, kw_only=True)

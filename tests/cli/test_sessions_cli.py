@@ -58,7 +58,8 @@ class Cli:
         return await asyncio.create_subprocess_exec(
             sys.executable, "-c", _CLI, "sessions", action, *self.flags, *rest,
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            # SIGABRT makes a process that hangs print every thread's stack.
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
@@ -193,7 +194,15 @@ async def test_events_follow_prints_new_events_until_interrupted(
                 seen.append(line)
     finally:
         process.send_signal(signal.SIGINT)
-        async with asyncio.timeout(60):
-            await process.wait()
+        try:
+            async with asyncio.timeout(60):
+                await process.wait()
+        except TimeoutError:
+            process.send_signal(signal.SIGABRT)
+            assert process.stderr is not None
+            stacks = await process.stderr.read()
+            raise AssertionError(
+                "events --follow did not exit within 60 s of SIGINT:\n" + stacks.decode()[-8000:]
+            ) from None
     assert process.returncode == 0
     assert any("turn-2" in line and "turn_completed" in line for line in seen)

@@ -21,6 +21,7 @@ from typing import Any
 
 from dex_agents_ray.cli._connection import (
     DEFAULT_NAMESPACE,
+    ConnectionOptions,
     connection_options,
     connection_parser,
     load_agents,
@@ -85,6 +86,13 @@ def _run_parser() -> argparse.ArgumentParser:
         "--tpm", action="append", default=[], metavar="MODEL=N", help="tokens per minute"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--inspect-log",
+        default=None,
+        metavar="PATH",
+        help="also write the run as an Inspect log, transcripts included (a .eval or .json "
+        "file, or a directory; `inspect view` shows it; needs the inspect extra)",
+    )
     return parser
 
 
@@ -184,6 +192,8 @@ async def _run(args: argparse.Namespace) -> int:
     if len(options.agents) > 1:
         raise ValueError("eval takes one --agent (the agent under test)")
     cases = _read_cases(args.cases)
+    if args.inspect_log is not None:
+        _inspect_extra()
     scorers = _scorers(args, cases)
     limits = _limits(args)
     out = Path(args.out) if args.out else Path("evals") / args.run_id
@@ -212,9 +222,40 @@ async def _run(args: argparse.Namespace) -> int:
     _print_table(report)
     summary = report.summary()
     print(f"results in {out}: " + json.dumps(summary["counts"]), flush=True)
+    if args.inspect_log is not None:
+        path = await _write_inspect_log(report, flow, options, args.inspect_log)
+        print(f"Inspect log: {path}", flush=True)
     if report.stopped:
         print(f"stopped: {report.stopped}", flush=True)
     return 1 if summary["counts"]["failed"] else 0
+
+
+def _inspect_extra() -> None:
+    """Refuse ``--inspect-log`` before anything starts when the extra is missing."""
+    try:
+        import dex_agents_ray.evals.inspect  # noqa: F401 - cheap: loads no inspect_ai
+    except ImportError as error:
+        raise ValueError(f"--inspect-log: {error}") from None
+
+
+async def _write_inspect_log(report: Any, flow: Any, options: ConnectionOptions, path: str) -> Path:
+    """The run as an Inspect log at ``path``, with each case's transcript (read from the
+    sessions on the run's engine)."""
+    from dex_agents_ray import AgentSessionClient
+    from dex_agents_ray.engine import FlowEngine
+    from dex_agents_ray.evals.inspect import read_transcripts, write_inspect_log
+
+    engine = await FlowEngine.start(
+        [flow], store=options.store, namespace=options.namespace, ray_address=options.address
+    )
+    try:
+        transcripts = await read_transcripts(AgentSessionClient(engine.client, flow), report)
+    finally:
+        await engine.shutdown(stop_hosts=False)
+    written: Path = await asyncio.to_thread(
+        write_inspect_log, report, path, transcripts=transcripts
+    )
+    return written
 
 
 class _ProgressBar:

@@ -130,6 +130,14 @@ def _expected_text(sample: EvalSample, given: str | None, name: str) -> str | No
     return expected if isinstance(expected, str) else json.dumps(expected)
 
 
+def _alternatives(expected: Any) -> list[str] | None:
+    """A non-empty list of strings as ``expected``: the acceptable answers (an
+    Inspect sample's list ``target``); ``None`` for any other value."""
+    if isinstance(expected, list) and expected and all(isinstance(e, str) for e in expected):
+        return expected
+    return None
+
+
 class _Text:
     def __init__(
         self, name: str, text: str | None, test: Callable[[str, str], bool], case_sensitive: bool
@@ -140,27 +148,35 @@ class _Text:
         self.case_sensitive = case_sensitive
 
     async def score(self, sample: EvalSample, context: ScoringContext) -> Score:
-        expected = _expected_text(sample, self.text, self.name)
-        if expected is None:
-            return Score.of(False, "the case has no expected value")
+        alternatives = None if self.text is not None else _alternatives(sample.case.expected)
+        if alternatives is None:
+            expected = _expected_text(sample, self.text, self.name)
+            if expected is None:
+                return Score.of(False, "the case has no expected value")
+            alternatives = [expected]
         answer = sample.answer
         if not self.case_sensitive:
-            expected, answer = expected.casefold(), answer.casefold()
-        passed = self.test(answer, expected)
-        return Score.of(passed, None if passed else f"{self.name}: {expected[:80]!r} not matched")
+            alternatives, answer = [e.casefold() for e in alternatives], answer.casefold()
+        passed = any(self.test(answer, expected) for expected in alternatives)
+        if passed:
+            return Score.of(True)
+        shown = " or ".join(repr(e[:80]) for e in alternatives[:5])
+        return Score.of(False, f"{self.name}: {shown} not matched")
 
 
 def exact_match(
     expected: str | None = None, *, case_sensitive: bool = False, name: str = "exact_match"
 ) -> Scorer:
-    """Passes when the answer (stripped) equals ``expected`` (default: the case's)."""
+    """Passes when the answer (stripped) equals ``expected`` (default: the case's;
+    a case's list of strings is its acceptable answers, any of which passes)."""
     return _Text(name, expected, lambda a, e: a.strip() == e.strip(), case_sensitive)
 
 
 def contains(
     text: str | None = None, *, case_sensitive: bool = False, name: str = "contains"
 ) -> Scorer:
-    """Passes when the answer contains ``text`` (default: the case's ``expected``)."""
+    """Passes when the answer contains ``text`` (default: the case's ``expected``;
+    a case's list of strings is its acceptable answers, any of which passes)."""
     return _Text(name, text, lambda a, e: e in a, case_sensitive)
 
 

@@ -164,6 +164,9 @@ def test_where_a_run_stands(
 async def test_the_progress_of_runs_with_a_driver(ray_session: None, namespace: str) -> None:
     control = EvalControl("live-run", namespace=namespace)
     await control.open(5)
+    # A handle that created the actor sends open without waiting; its own next
+    # call waits for it, another process's may come first.
+    assert await control.state() == "running"
     found = await eval_run_progress(["live-run", "gone-run"], namespace=namespace)
     assert found == {"live-run": {"total": 5, "state": "running"}}
     assert await eval_run_progress([], namespace=namespace) == {}

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ _DEAD_WAIT_SECONDS = 60.0
 """How long to wait for the cluster to declare a killed node dead."""
 _JOIN_WAIT_SECONDS = 60.0
 """How long a node added back may take to join the cluster."""
+_ADD_TRIES = 3
 
 
 @runtime_checkable
@@ -95,9 +97,21 @@ class LoopbackClusterNodes:
         raise ValueError(f"no live worker node {node_id!r} in this cluster")
 
     async def add(self) -> str:
+        """Start a node with ``ray start --block``; tried up to three times (on a
+        loaded machine ``ray start`` may give up waiting for its raylet)."""
+        failures: list[str] = []
+        for _ in range(_ADD_TRIES):
+            try:
+                return await self._add_once()
+            except (RuntimeError, TimeoutError) as error:
+                failures.append(str(error))
+        raise RuntimeError("no node could be added: " + " | ".join(failures))
+
+    async def _add_once(self) -> str:
         import ray
 
         before = {n["NodeID"] for n in await asyncio.to_thread(ray.nodes)}
+        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below, or by the process's end
         process = await asyncio.create_subprocess_exec(
             _ray_cli(),
             "start",
@@ -109,23 +123,31 @@ class LoopbackClusterNodes:
             "--disable-usage-stats",
             "--block",
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             start_new_session=True,
         )
         deadline = time.monotonic() + _JOIN_WAIT_SECONDS
-        while time.monotonic() < deadline:
-            if process.returncode is not None:
-                raise RuntimeError(f"ray start exited with {process.returncode}")
-            nodes = await asyncio.to_thread(ray.nodes)
-            new = [n["NodeID"] for n in nodes if n["Alive"] and n["NodeID"] not in before]
-            if new:
-                self._added[new[0]] = process
-                return str(new[0])
-            await asyncio.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        raise TimeoutError(f"the node started by ray start did not join in {_JOIN_WAIT_SECONDS} s")
+        try:
+            while time.monotonic() < deadline:
+                if process.returncode is not None:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
+                    raise RuntimeError(
+                        f"ray start exited with {process.returncode}: {' / '.join(tail)}"
+                    )
+                nodes = await asyncio.to_thread(ray.nodes)
+                new = [n["NodeID"] for n in nodes if n["Alive"] and n["NodeID"] not in before]
+                if new:
+                    self._added[new[0]] = process
+                    return str(new[0])
+                await asyncio.sleep(0.1)
+            _kill_tree(process.pid)
+            raise TimeoutError(
+                f"the node started by ray start did not join in {_JOIN_WAIT_SECONDS} s"
+            )
+        finally:
+            log.close()
 
     async def close(self) -> None:
         """Kill the nodes this object added (the cluster's own go with ``Cluster.shutdown``)."""

@@ -96,13 +96,14 @@ async def _campaign(
 def _summary(name: str, report: Any) -> str:
     from dex_agents_ray.testing.chaos import FaultKind
 
-    node = report.recovery_seconds(FaultKind.NODE)
+    node = report.node_recovery_seconds()
     kills = [f for f in report.injected if f.kind is FaultKind.NODE]
+    hit = [f for f in kills if f.affected_sessions]
     node_line = (
-        f"  node kills: {len(kills)}, the affected sessions' next completed turns after "
-        f"a median {node[len(node) // 2]:.2f} s, max {node[-1]:.2f} s "
-        f"({len(kills) - len(node)} never recovered; "
-        f"{sum('the scheduler' in f.detail for f in kills)} took the scheduler)\n"
+        f"  node kills: {len(kills)} ({sum('the scheduler' in f.detail for f in kills)} took "
+        f"the scheduler), {len(hit)} with a turn in flight on the node; those sessions' next "
+        f"completed turns after a median {node[len(node) // 2]:.2f} s, max {node[-1]:.2f} s "
+        f"({len(hit) - len(node)} never recovered)\n"
         if node
         else (f"  node kills: {len(kills)}\n" if kills else "")
     )

@@ -194,7 +194,7 @@ async def main(state_dir: Path, faults: int, seed: int) -> None:
                 nodes=nodes,
             )
             report = await campaign.run()
-            node = report.recovery_seconds(FaultKind.NODE)
+            node = report.node_recovery_seconds()
             eval_dir = state_dir / "eval"
             eval_dir.mkdir()  # noqa: ASYNC240 - once, before the run
             evaluation = await _eval_through_a_node_kill(server.dsn(database), eval_dir, nodes)
@@ -212,7 +212,9 @@ async def main(state_dir: Path, faults: int, seed: int) -> None:
                         "node_faults_unrecovered": sum(
                             1
                             for f in report.injected
-                            if f.kind is FaultKind.NODE and f.recovered_seconds is None
+                            if f.kind is FaultKind.NODE
+                            and f.affected_sessions
+                            and f.recovered_seconds is None
                         ),
                         "scheduler_node_killed": any(
                             "the scheduler" in f.detail

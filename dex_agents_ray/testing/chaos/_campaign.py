@@ -81,6 +81,15 @@ class ChaosReport:
     def faults_by_kind(self) -> dict[str, int]:
         return dict(sorted(Counter(str(f.kind) for f in self.injected).items()))
 
+    def node_recovery_seconds(self) -> list[float]:
+        """For each node kill that took hosts of sessions with a turn in flight, the
+        time until each of those sessions had completed its next turn; sorted."""
+        return sorted(
+            f.recovered_seconds
+            for f in self.injected
+            if f.kind is FaultKind.NODE and f.affected_sessions and f.recovered_seconds is not None
+        )
+
     def recovery_seconds(self, kind: FaultKind | None = None) -> list[float]:
         """Each injected fault's recovery time (of ``kind`` only, when given), sorted."""
         return sorted(
@@ -105,16 +114,17 @@ class ChaosReport:
             )
         node_faults = [f for f in self.injected if f.kind is FaultKind.NODE]
         if node_faults:
-            node = self.recovery_seconds(FaultKind.NODE)
-            unrecovered = len(node_faults) - len(node)
+            hit = [f for f in node_faults if f.affected_sessions]
+            node = self.node_recovery_seconds()
             lines.append(
-                f"  node kills: {len(node_faults)}; the affected sessions' next completed turn "
+                f"  node kills: {len(node_faults)}, {len(hit)} with a turn in flight on the "
+                "node; those sessions' next completed turns "
                 + (
                     f"after a median {node[len(node) // 2]:.2f} s, max {node[-1]:.2f} s"
                     if node
                     else "never came"
                 )
-                + (f" ({unrecovered} never recovered)" if node and unrecovered else "")
+                + (f" ({len(hit) - len(node)} never recovered)" if len(hit) > len(node) else "")
             )
         lines.append(f"  result events of failed attempts: {len(self.uncommitted_results)}")
         lines += [f"    {r}" for r in self.uncommitted_results[:20]]
@@ -126,6 +136,11 @@ class ChaosReport:
         lines += [
             f"    #{f.index} {f.at_seconds:7.2f} s {f.kind}: {f.target} "
             f"{'' if f.injected else '(not injected) '}{f.detail}"
+            + (
+                f" [next turn +{f.recovered_seconds:.2f} s]"
+                if f.recovered_seconds is not None
+                else ""
+            )
             for f in self.faults
         ]
         return "\n".join(lines)
@@ -253,18 +268,32 @@ class ChaosCampaign:
     def _with_recovery(self, fault: FaultRecord, start: float) -> FaultRecord:
         at = start + fault.at_seconds
         recovered: float | None = None
-        if fault.injected and fault.affected_sessions:
+        # A session that completed its last turn between the fault's look at the
+        # busy sessions and the fault itself was not hit: it has no next turn.
+        affected = [
+            sid
+            for sid in fault.affected_sessions
+            if any(c >= at for c in self._completed.get(sid, []))
+            or self._record.sessions[sid].turns_completed < len(self.turns)
+        ]
+        if fault.injected and affected:
             # Each affected session's next completed turn; the last of them.
             nexts = [
                 min((c - at for c in self._completed.get(sid, []) if c >= at), default=None)
-                for sid in fault.affected_sessions
+                for sid in affected
             ]
             if all(n is not None for n in nexts):
                 recovered = max(n for n in nexts if n is not None)
         elif fault.injected:
             after = [c - at for c in self._completions if c >= at]
             recovered = min(after) if after else None
-        return FaultRecord(**{**fault.__dict__, "recovered_seconds": recovered})
+        return FaultRecord(
+            **{
+                **fault.__dict__,
+                "affected_sessions": tuple(affected),
+                "recovered_seconds": recovered,
+            }
+        )
 
     async def _inject(
         self,

@@ -6,7 +6,9 @@
     dex-agents-ray eval status|pause|resume|cancel RUN_ID --address ADDRESS
 
 Exit status: 0; 1 when a case failed (``eval``) or a case both runs have regressed
-(``compare``); 2 for bad input, which changes nothing.
+(``compare``); 2 for bad input, which changes nothing; 143 when ``SIGTERM`` (``ray
+job stop``) stopped the run: the finished cases' rows are written, the running
+cases' sessions go on in their hosts, and the same command again finishes the run.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -197,9 +201,11 @@ async def _run(args: argparse.Namespace) -> int:
     scorers = _scorers(args, cases)
     limits = _limits(args)
     out = Path(args.out) if args.out else Path("evals") / args.run_id
+    stop = _StopOnSigterm(options.address, options.namespace)
     bar = None if args.no_progress else _ProgressBar(len(cases))
     try:
         with quiet_ray_start():  # the bar is on the terminal already
+            stop.install()
             report = await run_eval(
                 flow,
                 cases,
@@ -216,7 +222,20 @@ async def _run(args: argparse.Namespace) -> int:
                 ray_address=options.address,
                 progress=None if bar is None else bar.update,
             )
+    except asyncio.CancelledError:
+        if not stop.received:
+            raise
+        stop.uncancel()
+        print(
+            f"dex-agents-ray eval: stopped by SIGTERM; the finished cases' rows are in "
+            f"{out}, and the running cases' sessions go on: run the same command "
+            f"(--run-id {args.run_id}) again to finish the run",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 128 + signal.SIGTERM
     finally:
+        stop.remove()
         if bar is not None:
             bar.close()
     _print_table(report)
@@ -256,6 +275,51 @@ async def _write_inspect_log(report: Any, flow: Any, options: ConnectionOptions,
         write_inspect_log, report, path, transcripts=transcripts
     )
     return written
+
+
+class _StopOnSigterm:
+    """``SIGTERM`` (``ray job stop`` sends it, then ``SIGKILL`` 3 s later) cancels the
+    run's task, so ``run_eval`` stops driving, writes the finished rows and closes the
+    run, instead of Ray's own handler exiting wherever the driver is.
+
+    ``ray.init`` installs that handler (``sys.exit``) over any earlier one, so a
+    cluster to join (``--address``, or ``$RAY_ADDRESS`` as in a Ray job) is joined
+    first, as the engine would join it. A run that starts its own local Ray keeps
+    Ray's handler; its exit cancels the run's task all the same (``asyncio.run``
+    cancels every task on the way out).
+    """
+
+    def __init__(self, address: str | None, namespace: str) -> None:
+        self.address = address or os.environ.get("RAY_ADDRESS")
+        self.namespace = namespace
+        self.received = False
+        self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def install(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            if not self.address:
+                return
+            ray.init(address=self.address, namespace=self.namespace, include_dashboard=False)
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_signal_handler(signal.SIGTERM, self._stop)
+
+    def _stop(self) -> None:
+        self.received = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def uncancel(self) -> None:
+        if self._task is not None:
+            self._task.uncancel()
+
+    def remove(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_signal_handler(signal.SIGTERM)
+            self._loop = None
 
 
 class _ProgressBar:

@@ -5,7 +5,10 @@ namespace) holds each run's state and its latest progress, so a run costs no
 process of its own (a worker process per run, kept for good, cost about 0.6 s of
 CPU as the run started and 130 MB ever after). ``run_eval`` follows the state
 as it schedules: paused, it waits; cancelled, it schedules nothing more, and the
-cases already running have their turns cancelled (``cancel_turn``).
+cases already running have their turns cancelled (``cancel_turn``). A driver
+interrupted (cancelled, ``SIGTERM``, ``ray job stop``) or failed ``close``s its
+run: the actor forgets it, so no one reads a driver that is gone as running, and
+the next ``open`` of the run ID (its rerun) starts it again.
 """
 
 from __future__ import annotations
@@ -87,6 +90,10 @@ def _control_actor_class() -> type[Any]:
         async def status(self, run_id: str) -> dict[str, Any] | None:
             run = self._run(run_id)
             return None if run is None else {**run["progress"], "state": run["state"]}
+
+        async def close(self, run_id: str) -> None:
+            # Its one waiter (``wait_changed``) is the closing driver's, stopped first.
+            self._runs.pop(run_id, None)
 
     return _ControlActor
 
@@ -182,3 +189,10 @@ class EvalControl:
         await self._opened()
         result: dict[str, Any] = self._known(await self._handle.status.remote(self.run_id))
         return result
+
+    async def close(self) -> None:
+        """End the run: its driver is gone (interrupted or failed). The actor
+        forgets it (``status`` raises ``ValueError``, as for a run it never knew)
+        until the run ID is opened again."""
+        await self._opened()
+        await self._handle.close.remote(self.run_id)

@@ -6,12 +6,19 @@ skips cases already scored (their rows in ``results.jsonl``), resumes
 unfinished sessions where they are (mid-turn: the engine re-activates them)
 and starts the rest. A bounded number of cases is driven at once; a case
 waiting for a person gives its slot back.
+
+A driver that is interrupted (its task cancelled: Ctrl-C, ``SIGTERM`` in
+``dex-agents-ray eval``, ``ray job stop``) or fails stops driving, writes the
+rows of the cases that finished and closes the run in the control actor; the
+running cases' sessions go on in their hosts, and a rerun of the run ID picks
+them up where they are.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +58,8 @@ from dex_agents_ray.session import (
 )
 
 __all__ = ["EvalProgress", "ScoringContext", "run_eval", "session_id_for"]
+
+logger = logging.getLogger("dex_agents_ray.evals")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_CONCURRENCY = 16
@@ -180,6 +189,10 @@ class _Run:
         self.totals = dict.fromkeys(
             ("done", "failed", "needs_person", "steps", "input_tokens", "output_tokens"), 0
         )
+        self.driving: set[asyncio.Task[None]] = set()
+        """The tasks of the cases being driven (``abandon`` cancels them)."""
+        self.watcher: asyncio.Task[None] | None = None
+        """The task following the run's state (``_watch``)."""
         self._state_changed = asyncio.Event()
         self._unwritten: list[CaseResult] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -298,6 +311,37 @@ class _Run:
         if self._unwritten:
             self._flusher = asyncio.create_task(self._flush())
             await self._flusher
+
+    async def abandon(self) -> None:
+        """The driver stops before the end (cancelled or failed): write the rows of the
+        cases that finished and ``summary.json``, and close the run in the control
+        actor (its driver is gone; a rerun opens it again). Never raises.
+
+        The running cases' tasks are cancelled (their sessions go on in their hosts,
+        and a rerun picks them up where they are). ``asyncio.wait``, not ``await``:
+        a process on its way out (``asyncio.run`` cancels every task) may have
+        cancelled the flusher too, whose rows the drain then writes."""
+        if self.watcher is not None:
+            self.watcher.cancel()
+        driving = list(self.driving)
+        for task in driving:
+            task.cancel()
+        try:
+            if driving:
+                await asyncio.wait(driving)
+            if self._flusher is not None:
+                await asyncio.wait([self._flusher])
+            await self.drain()
+            if self.writer is not None:
+                summary = self.report().summary()
+                await asyncio.to_thread(self.writer.write_summary, summary)
+        except Exception:
+            logger.warning("eval %s: could not write the finished rows", self.run_id, exc_info=True)
+        if self.control is not None:
+            try:
+                await self.control.close()
+            except Exception:  # a control actor of an older release has no ``close``
+                logger.warning("eval %s: could not close the run", self.run_id, exc_info=True)
 
     # -- one case ----------------------------------------------------------------
 
@@ -434,9 +478,9 @@ class _Run:
 
     async def schedule(self, flow: AgentSessionFlow, todo: Sequence[EvalCase]) -> None:
         slots = asyncio.Semaphore(self.concurrency)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self.driving
         running: dict[str, asyncio.Task[None]] = {}
-        watcher = asyncio.create_task(self._watch(running)) if self.control else None
+        watcher = self.watcher = asyncio.create_task(self._watch(running)) if self.control else None
 
         async def one(case: EvalCase) -> None:
             try:
@@ -572,6 +616,9 @@ async def run_eval(
         report = run.report()
         await run.write_files(report)
         return report
+    except BaseException:  # cancelled (interrupted) or failed: a rerun goes on
+        await run.abandon()
+        raise
     finally:
         # The sessions stay in the store; waiting ones hold no process.
         await engine.shutdown(stop_hosts=False)

@@ -1,6 +1,6 @@
 """Live control from another process: ``dex-agents-ray eval pause`` holds
 scheduling, ``eval status`` reports, ``eval cancel`` stops the run and cancels
-the running turn."""
+the running turn; a driver interrupted mid-run closes its run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 import ray
 
-from dex_agents_ray.evals import CaseStatus, EvalCase, EvalControl, RunState, run_eval
+from dex_agents_ray.evals import (
+    CaseStatus,
+    EvalCase,
+    EvalControl,
+    EvalRunStatus,
+    RunState,
+    eval_run_status,
+    run_eval,
+)
 from dex_agents_ray.testing import FileGate, InvocationLog
 from tests.evals.agents import eval_flow
 
@@ -158,3 +166,59 @@ async def test_every_run_of_a_namespace_shares_one_control_actor(
         a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace
     ]
     assert ours == [{"name": "dexeval", "namespace": namespace}]  # no process per run
+
+
+async def test_an_interrupted_driver_writes_its_rows_and_closes_its_run(
+    ray_session: None, namespace: str, store_path: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    cases = [
+        EvalCase(id="first", turns=("f look",), expected="found f look"),
+        EvalCase(id="gated", turns=("g look GATE",), expected="found g look GATE"),
+        EvalCase(id="later", turns=("l look",), expected="found l look"),
+    ]
+    gate, out = FileGate(state_dir, "lookup"), tmp_path / "out"
+
+    def start() -> asyncio.Task[Any]:
+        return asyncio.create_task(
+            run_eval(
+                eval_flow(str(state_dir)),
+                cases,
+                run_id="int",
+                concurrency=1,
+                out=out,
+                store=store_path,
+                namespace=namespace,
+            )
+        )
+
+    run = start()
+    try:
+        await gate.wait_until_reached(timeout=120)
+        run.cancel()  # what Ctrl-C, and SIGTERM in ``dex-agents-ray eval``, do
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, timeout=60)
+    finally:
+        if not run.done():
+            run.cancel()
+
+    # The finished case's row is written, and the control actor forgot the run:
+    # its driver is gone, and the run shows as interrupted, not running.
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["case_id"] for r in rows] == ["first"]
+    assert json.loads((out / "summary.json").read_text())["counts"]["scored"] == 1
+    with pytest.raises(ValueError, match="no eval run 'int' in namespace"):
+        await EvalControl("int", namespace=namespace, create=False).status()
+    status = eval_run_status(None, rows=len(rows), cases=len(cases), stopped=None)
+    assert status is EvalRunStatus.INTERRUPTED
+
+    # The gated turn goes on in its host; the rerun picks it up and runs the rest.
+    gate.release()
+    report = await asyncio.wait_for(start(), timeout=120)
+    assert [(r.case_id, r.status) for r in report.results] == [
+        (case.id, CaseStatus.SCORED) for case in cases
+    ]
+    for name in ("model", "lookup"):
+        entries = InvocationLog(state_dir / f"{name}.log").entries()
+        assert len(entries) == len(set(entries)), f"{name} calls ran twice: {entries}"
+    assert len(InvocationLog(state_dir / "model.log").entries()) == 2 * len(cases)
+    assert (await EvalControl("int", namespace=namespace, create=False).status())["done"] == 3

@@ -107,6 +107,12 @@ def _summary(name: str, report: Any) -> str:
         if node
         else (f"  node kills: {len(kills)}\n" if kills else "")
     )
+    back = sorted(f.answered_seconds for f in hit if f.answered_seconds is not None)
+    if back:
+        node_line += (
+            "    of which their first call after the kill answered (hosts back, runs loaded) "
+            f"after a median {back[len(back) // 2]:.2f} s, max {back[-1]:.2f} s\n"
+        )
     recover = report.recovery_seconds()
     median = recover[len(recover) // 2] if recover else float("nan")
     p95 = recover[int(len(recover) * 0.95)] if recover else float("nan")

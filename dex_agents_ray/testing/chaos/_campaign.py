@@ -126,6 +126,13 @@ class ChaosReport:
                 )
                 + (f" ({len(hit) - len(node)} never recovered)" if len(hit) > len(node) else "")
             )
+            back = sorted(f.answered_seconds for f in hit if f.answered_seconds is not None)
+            if back:
+                lines.append(
+                    "    of which their first call after the kill answered (the hosts back, "
+                    f"the runs loaded) after a median {back[len(back) // 2]:.2f} s, "
+                    f"max {back[-1]:.2f} s"
+                )
         lines.append(f"  result events of failed attempts: {len(self.uncommitted_results)}")
         lines += [f"    {r}" for r in self.uncommitted_results[:20]]
         lines.append(f"  events repeated by one Step execution: {len(self.repeated_events)}")
@@ -197,6 +204,8 @@ class ChaosCampaign:
     _busy: set[str] = field(default_factory=set, init=False)
     _completions: list[float] = field(default_factory=list, init=False)
     _completed: dict[str, list[float]] = field(default_factory=dict, init=False)
+    _answered: dict[str, list[tuple[float, float]]] = field(default_factory=dict, init=False)
+    """Each session's snapshot calls that answered: (sent, answered) monotonic times."""
 
     def __post_init__(self) -> None:
         if not self.turns:
@@ -268,6 +277,7 @@ class ChaosCampaign:
     def _with_recovery(self, fault: FaultRecord, start: float) -> FaultRecord:
         at = start + fault.at_seconds
         recovered: float | None = None
+        answered: float | None = None
         # A session that completed its last turn between the fault's look at the
         # busy sessions and the fault itself was not hit: it has no next turn.
         affected = [
@@ -284,6 +294,16 @@ class ChaosCampaign:
             ]
             if all(n is not None for n in nexts):
                 recovered = max(n for n in nexts if n is not None)
+            # When each one's host answered again: its first call sent after the fault.
+            answers = [
+                min(
+                    (a - at for asked, a in self._answered.get(sid, []) if asked >= at),
+                    default=None,
+                )
+                for sid in affected
+            ]
+            if answers and all(a is not None for a in answers):
+                answered = max(a for a in answers if a is not None)
         elif fault.injected:
             after = [c - at for c in self._completions if c >= at]
             recovered = min(after) if after else None
@@ -292,6 +312,7 @@ class ChaosCampaign:
                 **fault.__dict__,
                 "affected_sessions": tuple(affected),
                 "recovered_seconds": recovered,
+                "answered_seconds": answered,
             }
         )
 
@@ -381,10 +402,12 @@ class ChaosCampaign:
         sent: set[tuple[str, str]] = set()
         snapshot: AgentSnapshot | None = None
         while loop.time() < deadline:
+            asked = time.monotonic()
             try:
                 snapshot = await self._call(
                     f"get_agent_snapshot {sid}", lambda: client.get_agent_snapshot(sid)
                 )
+                self._answered.setdefault(sid, []).append((asked, time.monotonic()))
             except Exception:
                 await asyncio.sleep(_POLL_SECONDS)
                 continue

@@ -60,6 +60,10 @@ class FaultRecord:
     """Seconds from the fault to the next turn any session completed, or, when
     ``affected_sessions`` names some, to the moment each of them had completed
     its next turn; ``None`` when that never came."""
+    answered_seconds: float | None = None
+    """With ``affected_sessions``: seconds from the fault until the first client
+    call sent to each of them after it had answered (its host back, its run
+    loaded); the rest of ``recovered_seconds`` is the turn finishing."""
 
 
 @dataclass(frozen=True, kw_only=True)

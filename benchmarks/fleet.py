@@ -47,14 +47,12 @@ import asyncio
 import logging
 import math
 import os
-import shutil
 import statistics
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -70,23 +68,30 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from dex.runtime_errors import LongPollTimeoutError  # noqa: E402
 
 from benchmarks.concurrency import MODEL_CALLS_PER_TURN, Clock, bench_flow, client  # noqa: E402
-from benchmarks.many_sessions import APPROVALS, fill_store, store_factories  # noqa: E402
+from benchmarks.fleet_cluster import (  # noqa: E402
+    HOST_PREFIX,
+    HOST_SHARE,
+    inventory,
+    loopback_cluster,
+    node_of,
+    resident_sessions,
+    spread_hosts,
+    store_location,
+)
+from benchmarks.many_sessions import APPROVALS, fill_store  # noqa: E402
 from benchmarks.peers.workload import percentile  # noqa: E402
 from dex_agents_ray import AgentEventType, AgentSessionClient  # noqa: E402
 from dex_agents_ray.engine import FlowEngine  # noqa: E402
-from dex_agents_ray.testing._actors import EXECUTOR_PREFIX, SCHEDULER_NAME, named_actors  # noqa: E402
+from dex_agents_ray.testing._actors import EXECUTOR_PREFIX, SCHEDULER_NAME  # noqa: E402
 from dex_agents_ray.testing.chaos import LoopbackClusterNodes, wait_until_dead  # noqa: E402
 
-HOST_PREFIX = "dexhost:"
-HOST_SHARE = 0.01
-"""The ``sessions`` share each host and the scheduler ask (the failover test's)."""
-NODE_SESSIONS = 1.0
-"""The ``sessions`` resource each worker node offers."""
 APPROVAL_QUERY = 'ActiveStepTypes = "AwaitToolApproval"'
 QUIET_S = 10.0
 """At least this long without an event before a client asks the session's snapshot
 whether its turn is over (5 x LAT when that is longer)."""
-ACTOR_CALL_TIMEOUT_S = 30.0
+LOST_AFTER_S = 60.0
+"""How long after the snapshot says a turn is over its ``turn_completed`` may take
+to come before it counts as lost."""
 PASSIVATION_WAIT_S = 600.0
 FULL = {"registered": 100_000, "active": 2_000, "lat": 2.0, "turns": 2, "repeat": 20}
 QUICK = {"registered": 2_000, "active": 100, "lat": 0.5, "turns": 2, "repeat": 10}
@@ -160,6 +165,8 @@ class Phase:
     errors: list[str] = field(default_factory=list)
     events_lost: list[str] = field(default_factory=list)
     """Turns over per the session's snapshot whose ``turn_completed`` never came."""
+    delivery_s: list[float] = field(default_factory=list)
+    """Per ``turn_completed`` read: seconds from its ``created_at`` to its reading."""
     first_start: float = math.inf
     last_completed: float = 0.0
     activation_ms: list[float] = field(default_factory=list)
@@ -195,7 +202,9 @@ class Phase:
         turn after the kill."""
         if self.kill is None:
             return [], [], []
-        seen, noticed, never = [], [], []
+        seen: list[float] = []
+        noticed: list[float] = []
+        never: list[str] = []
         for session_id in self.kill.affected:
             done = self.completions.get(session_id, [])
             later = [i for i, t in enumerate(done) if t > self.kill.instant]
@@ -214,13 +223,44 @@ async def turn_done(sessions: AgentSessionClient, session_id: str, turn: int) ->
     return state is not None and state.turn_count > turn and state.active_turn_id is None
 
 
+async def read_turn(
+    sessions: AgentSessionClient, session_id: str, turn: int, token: str, phase: Phase
+) -> tuple[str, float]:
+    """Read the session's events until turn ``turn``'s (0-based) ``turn_completed``;
+    the next resume token and the instant the turn counts as done.
+
+    Streams are best effort: a host killed between a Step's commit and the append
+    of the events it wrote loses them. So after ``phase.quiet_s`` without an
+    event the client asks the session's snapshot whether the turn is over; once
+    it is, and no ``turn_completed`` has come ``LOST_AFTER_S`` later, the event
+    counts as lost and the turn as done when the snapshot said so."""
+    turn_id = f"turn-{turn + 1}"
+    noticed: float | None = None
+    while True:
+        try:
+            message = await sessions.read_event(session_id, token, phase.quiet_s)
+        except LongPollTimeoutError:
+            now = time.perf_counter()
+            if noticed is None and await turn_done(sessions, session_id, turn):
+                noticed = now
+            elif noticed is not None and now - noticed >= LOST_AFTER_S:
+                phase.events_lost.append(f"{session_id} turn {turn}")
+                return token, noticed
+            continue
+        token = message.resume_token
+        event = message.value
+        if event.turn_id != turn_id:
+            continue
+        if event.type is AgentEventType.TURN_FAILED:
+            raise RuntimeError(f"turn {turn} failed: {event}")
+        if event.type is AgentEventType.TURN_COMPLETED:
+            phase.delivery_s.append(time.time() - event.created_at.timestamp())
+            return token, time.perf_counter()
+
+
 async def drive(sessions: AgentSessionClient, session_id: str, phase: Phase) -> None:
-    """One session of the phase's turns: ``concurrency.client``'s loop, with each
-    completion's instant kept, a client error recorded instead of raised, and a
-    turn whose ``turn_completed`` never reaches the stream (Streams are best
-    effort: a host killed between a Step's commit and its events' append loses
-    them) noticed by the session's snapshot once the stream is quiet for
-    ``phase.quiet_s``."""
+    """One session of the phase's turns (``concurrency.client``'s loop, with each
+    completion's instant kept and a client error recorded instead of raised)."""
     token = ""
     try:
         for turn in range(phase.turns):
@@ -231,21 +271,7 @@ async def drive(sessions: AgentSessionClient, session_id: str, phase: Phase) -> 
                 await sessions.start_session(session_id, text)
             else:
                 await sessions.send_user_message(session_id, text)
-            while True:
-                try:
-                    message = await sessions.read_event(session_id, token, phase.quiet_s)
-                except LongPollTimeoutError:
-                    if await turn_done(sessions, session_id, turn):
-                        phase.events_lost.append(f"{session_id} turn {turn}")
-                        break
-                    continue
-                token = message.resume_token
-                kind = message.value.type
-                if kind is AgentEventType.TURN_FAILED:
-                    raise RuntimeError(f"turn {turn} failed: {message.value}")
-                if kind is AgentEventType.TURN_COMPLETED:
-                    break
-            done = time.perf_counter()
+            token, done = await read_turn(sessions, session_id, turn, token, phase)
             phase.turn_s.append(done - sent)
             phase.completions.setdefault(session_id, []).append(done)
             phase.last_completed = max(phase.last_completed, done)
@@ -253,158 +279,6 @@ async def drive(sessions: AgentSessionClient, session_id: str, phase: Phase) -> 
         phase.errors.append(f"{session_id}: {type(error).__name__}: {error}"[:300])
     finally:
         phase.finished.add(session_id)
-
-
-# -- the cluster and its actors --------------------------------------------------------
-
-
-@asynccontextmanager
-async def store_location(kind: str) -> AsyncIterator[str]:
-    """A fresh SQLite file or a database on a throwaway PostgreSQL server."""
-    async with store_factories([kind]) as factories:
-        if kind not in factories:
-            raise SystemExit("PostgreSQL is not installed: run scripts/services")
-        location = factories[kind]()
-        try:
-            yield location
-        finally:
-            if kind == "sqlite":  # the file (and its WAL) in a directory of its own
-                shutil.rmtree(Path(location).parent, ignore_errors=True)
-
-
-@asynccontextmanager
-async def loopback_cluster(args: argparse.Namespace) -> AsyncIterator[Any]:
-    """A head and ``args.nodes`` worker nodes offering ``sessions``; Ray joined."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from dex_agents_ray.engine._engine import task_worker_system_config
-    from tests.cluster.failover_driver import FAST_HEALTH_CHECKS, _node_args
-
-    system: dict[str, Any] = {**task_worker_system_config()}
-    if not args.ray_health_checks:
-        system.update(FAST_HEALTH_CHECKS)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**_node_args({"head": 1}), "num_cpus": 2, "_system_config": system},
-    )
-    nodes = LoopbackClusterNodes(cluster, resources={"sessions": NODE_SESSIONS})
-    try:
-        for _ in range(args.nodes):
-            cluster.add_node(**_node_args({"sessions": NODE_SESSIONS}))
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False)
-        yield cluster, nodes
-    finally:
-        await nodes.close()
-        ray.shutdown()
-        cluster.shutdown()
-
-
-async def node_of(namespace: str, name: str) -> str | None:
-    """The node of actor ``name``; ``None`` when it is gone or not answering."""
-    import ray
-
-    try:
-        handle = ray.get_actor(name, namespace=namespace)
-        return str(await asyncio.wait_for(handle.node_id.remote(), ACTOR_CALL_TIMEOUT_S))
-    except (ValueError, TimeoutError, ray.exceptions.RayError):
-        return None
-
-
-async def inventory(namespace: str) -> dict[str, str | None]:
-    """The engine's named actors (hosts, executors, the scheduler) -> their node."""
-    names = [
-        name
-        for name in await asyncio.to_thread(named_actors, namespace)
-        if name.startswith((HOST_PREFIX, EXECUTOR_PREFIX)) or name == SCHEDULER_NAME
-    ]
-    where = await asyncio.gather(*(node_of(namespace, name) for name in names))
-    return dict(zip(names, where, strict=True))
-
-
-async def hold_others(target: str, workers: list[str], where: dict[str, str | None]) -> list[Any]:
-    """A placeholder actor on every worker node but ``target`` that takes all of the
-    node's ``sessions`` but less than a host's share, so a host can only start on
-    ``target``."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    @ray.remote(num_cpus=0)
-    class Placeholder:
-        def ready(self) -> bool:
-            return True
-
-    held = []
-    for node in workers:
-        if node == target:
-            continue
-        ours = sum(  # the actors that hold a share of ``sessions``: hosts, the scheduler
-            1
-            for name, n in where.items()
-            if n == node and (name.startswith(HOST_PREFIX) or name == SCHEDULER_NAME)
-        )
-        amount = NODE_SESSIONS - HOST_SHARE * ours - HOST_SHARE / 2
-        strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-        held.append(
-            Placeholder.options(  # type: ignore[attr-defined]
-                resources={"sessions": amount}, scheduling_strategy=strategy
-            ).remote()
-        )
-    await asyncio.gather(*(h.ready.remote() for h in held))
-    return held
-
-
-async def spread_hosts(engine: FlowEngine, workers: list[str]) -> None:
-    """Start the shared hosts round-robin over the worker nodes."""
-    import ray
-
-    first: dict[int, str] = {}
-    for i in range(100_000):
-        first.setdefault(engine.placement.slot(f"place-{i}"), f"place-{i}")
-        if len(first) == engine.placement.shared_hosts:
-            break
-    for index, target in enumerate(workers):
-        mine = [fid for slot, fid in sorted(first.items()) if slot % len(workers) == index]
-        if not mine:
-            continue
-        held = await hold_others(target, workers, await inventory(engine.namespace))
-        try:
-            await asyncio.gather(*(engine.host(fid).ready.remote() for fid in mine))
-        finally:
-            for handle in held:
-                ray.kill(handle)
-
-
-async def resident_sessions(
-    namespace: str, session_ids: list[str], host_name: Callable[[str], str], where: dict[str, Any]
-) -> dict[str, str]:
-    """The sessions a host holds in memory (its ``epoch_of``) -> the host's node."""
-    import ray
-
-    handles: dict[str, Any] = {}
-    for name in {host_name(s) for s in session_ids}:
-        try:
-            handles[name] = ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            continue
-
-    async def held(session_id: str) -> bool:
-        handle = handles.get(host_name(session_id))
-        if handle is None:
-            return False
-        try:
-            call = handle.epoch_of.remote(session_id)
-            return await asyncio.wait_for(call, ACTOR_CALL_TIMEOUT_S) is not None
-        except (TimeoutError, ray.exceptions.RayError):
-            return False
-
-    found = await asyncio.gather(*(held(s) for s in session_ids))
-    return {
-        s: str(where[host_name(s)])
-        for s, yes in zip(session_ids, found, strict=True)
-        if yes and where.get(host_name(s))
-    }
 
 
 # -- the fleet -------------------------------------------------------------------------
@@ -733,12 +607,22 @@ def print_phase(fleet: Fleet, phase: Phase) -> None:
     )
     for error in phase.errors[:5]:
         print(f"  error: {error}")
-    if phase.events_lost:
+    if phase.delivery_s:
+        lag = phase.delivery_s
         print(
-            f"turns over whose turn_completed never reached the event stream: "
-            f"{len(phase.events_lost)} ({', '.join(phase.events_lost[:5])}); each counted "
-            f"done when its snapshot said so, after {phase.quiet_s:g} s without an event"
+            f"turn_completed written (its created_at) -> read by its client: p50 "
+            f"{percentile(lag, 0.5):.2f} s, p99 {percentile(lag, 0.99):.2f} s, max {max(lag):.2f} s"
         )
+    print(
+        f"turn_completed lost (the turn over per its snapshot, no event {LOST_AFTER_S:g} s "
+        f"later): {len(phase.events_lost)}"
+        + (
+            f" ({', '.join(phase.events_lost[:5])}); each turn counted done when its "
+            "snapshot said so"
+            if phase.events_lost
+            else ""
+        )
+    )
     if phase.kill is not None:
         print_kill(phase, phase.kill)
     node_rows(fleet, phase)
@@ -775,7 +659,9 @@ HOW = """
 how each figure is measured (every one by this run, on this machine):
 - efficiency: turns x 2 model calls x LAT over the wall time from the phase's first
   start_session to its last turn_completed (concurrency.py's); turn: start_session or
-  send_user_message -> that turn's turn_completed read on the event stream.
+  send_user_message -> that turn's turn_completed read on the event stream (for a lost
+  one: when get_agent_snapshot said the turn was over, asked after 10 s, or 5 x LAT,
+  without an event).
 - first call to a passivated session: get_agent_snapshot of a real session the store
   records passivated (idle: before any load; during the steady phase: one every LAT / 2 s).
 - approval search: search_flows('ActiveStepTypes = "AwaitToolApproval"', 50) from the driver.

@@ -57,7 +57,7 @@ async def _median_ms(call: Callable[[], Awaitable[Any]], repeat: int) -> float:
     return statistics.median(times)
 
 
-async def _fill(store: Any, count: int, flow_type: str, flow_hash: str, now: float) -> None:
+async def fill_store(store: Any, count: int, flow_type: str, flow_hash: str, now: float) -> None:
     """``count`` passivated session runs, written as the engine writes them."""
     from dex_agents_ray.engine.store._records import Commit, RunRecord, RunStatus
 
@@ -84,7 +84,7 @@ async def _fill(store: Any, count: int, flow_type: str, flow_hash: str, now: flo
 
 
 @asynccontextmanager
-async def _stores(backends: list[str]) -> AsyncIterator[dict[str, Callable[[], str]]]:
+async def store_factories(backends: list[str]) -> AsyncIterator[dict[str, Callable[[], str]]]:
     """A factory of fresh store locations per backend."""
     factories: dict[str, Callable[[], str]] = {}
     root = Path(tempfile.mkdtemp(prefix="dex-many-"))
@@ -131,7 +131,7 @@ async def _measure(location: str, size: int, repeat: int) -> dict[str, float]:
         registered, flow_hash = engine.registered(flow)
         del registered
         fill_start = time.perf_counter()
-        await _fill(engine.store, size, flow.get_flow_type(), flow_hash, time.time())
+        await fill_store(engine.store, size, flow.get_flow_type(), flow_hash, time.time())
         fill_s = time.perf_counter() - fill_start
         real = [f"real-{i}" for i in range(REAL_SESSIONS)]
         for session_id in real:
@@ -173,7 +173,7 @@ async def _measure(location: str, size: int, repeat: int) -> dict[str, float]:
 
 async def main(sizes: list[int], repeat: int, backends: list[str]) -> None:
     results: dict[tuple[str, int], dict[str, float]] = {}
-    async with _stores(backends) as factories:
+    async with store_factories(backends) as factories:
         for backend, new_location in factories.items():
             for size in sizes:
                 figures = await _measure(new_location(), size, repeat)

@@ -13,10 +13,13 @@ case (reading it from the stream, the duplicate check, ``cases.jsonl``, the
 slot, scoring with a real scorer, ``results.jsonl``, the progress and summary,
 the report read back from the file, ``results.parquet``) except the session,
 whose driver (``drive_session``) answers at once. ``--sessions`` drives a real
-session per case instead (a scripted model, one call each: about 100x slower).
+session per case instead (a scripted model, one call each: about 50x slower).
+``--list`` reads the dataset into a list first (``EvalCase.from_dataset``, every
+row in the driver, and the rows kept in memory for the report): the way before
+streams, for comparison.
 
     .venv/bin/python benchmarks/eval_dataset_rss.py [--cases 10000 100000]
-        [--concurrency 64] [--sessions]
+        [--concurrency 64] [--sessions] [--list]
 """
 
 from __future__ import annotations
@@ -108,9 +111,10 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     process = psutil.Process()
     before = process.memory_info().rss
     start = time.perf_counter()
+    cases = EvalCase.from_dataset(dataset) if args.list else EvalCase.iter_dataset(dataset)
     report = await run_eval(
         bench_flow(),
-        EvalCase.iter_dataset(dataset),
+        cases,
         run_id=f"rss-{count}",
         concurrency=args.concurrency,
         scorers=[passes],
@@ -148,6 +152,8 @@ def run_child(args: argparse.Namespace, count: int) -> dict[str, Any]:
     ]
     if args.sessions:
         command.append("--sessions")
+    if args.list:
+        command.append("--list")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -161,13 +167,15 @@ def main() -> None:
     parser.add_argument("--cases", type=int, nargs=2, default=[10_000, 100_000])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--sessions", action="store_true", help="a real session per case")
+    parser.add_argument("--list", action="store_true", help="EvalCase.from_dataset, not a stream")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(asyncio.run(child(args))), flush=True)
         return
     path = "real sessions" if args.sessions else "the light path (no session)"
-    print(f"run_eval over EvalCase.iter_dataset, concurrency {args.concurrency}, {path}")
+    source = "a list (EvalCase.from_dataset)" if args.list else "EvalCase.iter_dataset"
+    print(f"run_eval over {source}, concurrency {args.concurrency}, {path}")
     results = []
     for count in args.cases:
         result = run_child(args, count)

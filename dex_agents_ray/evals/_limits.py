@@ -357,7 +357,10 @@ class EvalModelLimiter:
         for limit in (self.inner, self.ceiling):
             hear = getattr(limit, "record_failure", None)
             if hear is not None:
-                await hear(request, error)
+                try:
+                    await hear(request, error)
+                except Exception:  # theirs must not keep the 429 from the limiter
+                    logger.warning("a spend limit's record_failure failed", exc_info=True)
         self._reserved.pop((request.step_execution_id, request.attempt), None)
         limited, retry_after = rate_limit_retry_after(error)
         if not limited:

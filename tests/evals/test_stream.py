@@ -280,3 +280,29 @@ def test_rows_read_back_from_the_results_file(tmp_path: Path) -> None:
     assert table.column("case_id").to_pylist() == [f"c{i}" for i in order]
     assert table.column("latency_s").to_pylist() == [4.0, None, 3.0, 1.0, 2.0]
     assert str(table.schema.field("error").type) == "string"
+
+
+def test_the_eval_pages_count_a_streams_cases_so_far(tmp_path: Path) -> None:
+    from dex_agents_ray.evals import CaseResult, write_run_record
+    from dex_agents_ray.evals._results import ResultsWriter
+    from dex_agents_ray.evals._runs import CasesLog
+    from dex_agents_ray.serve._evals import EvalRuns
+
+    out = tmp_path / "streamed"
+    write_run_record(out, run_id="streamed", agent="A", cases=None)
+    log = CasesLog(out)
+    log.write([json.dumps(_case(i).to_json()) + "\n" for i in range(3)])
+    ResultsWriter(out).append(
+        CaseResult(case_id="c00", session_id="eval:streamed:c00", status=CaseStatus.SCORED)
+    )
+    runs = EvalRuns(tmp_path, None)
+    (reader,) = runs.readers()
+
+    # No driver: the cases read so far, marked not known; the run reads as interrupted.
+    summary = runs.summary(reader, None)
+    assert (summary["cases"], summary["cases_known"], summary["rows"]) == (3, False, 1)
+    assert summary["status"] == "interrupted"
+    # A live driver: its count so far, still running when every case read has a row.
+    live = {"state": "running", "total": 1, "total_known": False, "running": 0, "done": 1}
+    summary = runs.summary(reader, live)
+    assert (summary["cases"], summary["cases_known"], summary["status"]) == (1, False, "running")

@@ -1,5 +1,6 @@
 """Eval cases: one JSON object per line (``EvalCase.from_jsonl``) or one row per case
-(``EvalCase.from_dataset``, ``EvalCase.from_records``).
+(``EvalCase.from_dataset``, ``EvalCase.from_records``; ``EvalCase.iter_dataset``
+streams a Ray Dataset too large for the driver's memory).
 
 A case is ``id``, ``input`` (one user message) or ``turns`` (a list of user
 messages, one turn each), and optionally ``expected`` (what the scorers compare
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,13 +142,37 @@ class EvalCase:
     @classmethod
     def from_dataset(cls, dataset: Any) -> list[EvalCase]:
         """Cases from a Ray Data ``Dataset`` (for example ``ray.data.read_json(...)``),
-        one row per case with the JSONL fields as columns. The rows are read into
-        the driver (``iter_rows``); a missing optional field may be a null column."""
-        rows = (
-            {k: _plain(v) for k, v in row.items() if _plain(v) is not None}
-            for row in dataset.iter_rows()
-        )
-        return cls.from_records(rows, source="dataset")
+        one row per case with the JSONL fields as columns, as a list: every row is
+        read into the driver (``iter_dataset`` streams them instead). A missing
+        optional field may be a null column.
+
+        Raises:
+            EvalCaseError: A bad row or a duplicate ``id`` (``dataset:<row>``, rows
+                numbered from 1 in the dataset's order).
+        """
+        return _unique("dataset", list(_dataset_cases(dataset)))
+
+    @classmethod
+    def iter_dataset(cls, dataset: Any) -> Iterator[EvalCase]:
+        """The cases of a Ray Data ``Dataset``, read as they are asked for: hand the
+        iterator to ``run_eval``, which reads a bounded number of cases ahead of the
+        ones it runs, so a dataset larger than the driver's memory can be evaluated.
+
+        Each row is checked as it is read: a bad row raises ``EvalCaseError``
+        naming ``dataset:<row>`` (from 1, in the dataset's order) when the
+        iterator reaches it. Duplicate IDs are ``run_eval``'s to find (it names
+        the row too); this iterator keeps nothing of the rows it has given.
+        """
+        for _, case in _dataset_cases(dataset):
+            yield case
+
+
+def _dataset_cases(dataset: Any) -> Iterator[tuple[int, EvalCase]]:
+    """The dataset's rows as (row number, case), read lazily (``iter_rows`` streams
+    the dataset's blocks through the driver)."""
+    for number, row in enumerate(dataset.iter_rows(), start=1):
+        data = {k: _plain(v) for k, v in row.items()}
+        yield number, _parse({k: v for k, v in data.items() if v is not None}, "dataset", number)
 
 
 def _plain(value: Any) -> Any:

@@ -52,7 +52,7 @@ def _control_actor_class() -> type[Any]:
         def _run(self, run_id: str) -> dict[str, Any] | None:
             return self._runs.get(run_id)
 
-        async def open(self, run_id: str, total: int) -> None:
+        async def open(self, run_id: str, total: int | None) -> None:
             run = self._runs.setdefault(run_id, {"changed": asyncio.Event()})
             run["progress"] = {"total": total}
             self._set(run, "running")  # a rerun of the ID starts running again
@@ -150,9 +150,10 @@ class EvalControl:
             raise self._unknown()
         return answer
 
-    async def open(self, total: int) -> None:
-        """Begin the run: its total, and its state running (an earlier run of the ID
-        may have left it cancelled). To an actor this handle created the call is
+    async def open(self, total: int | None) -> None:
+        """Begin the run: its total (``None``: not known, the cases come from a
+        stream), and its state running (an earlier run of the ID may have left it
+        cancelled). To an actor this handle created the call is
         sent, not waited for: its process starts while the first cases run, and
         this handle's other calls wait for it."""
         self._opening = asyncio.ensure_future(self._handle.open.remote(self.run_id, total))

@@ -13,8 +13,11 @@ drawing a 429. The algorithm and its constants:
   (``ModelSpendRequest.estimated_input_tokens``, else ``estimated_tokens``); after
   the call ``record`` settles the difference with the real usage (input plus
   output), which may leave the token bucket in debt (later calls wait it out).
-- **429 episodes.** A 429 that a ``RateLimitedModelClient`` sees (or any
-  ``EvalModelLimiter.report_rate_limited(model, retry_after)``) blocks the model until
+- **429 episodes.** A 429 from any model client (the session tells its spend
+  limit of a model call that raised, ``ModelSpendLimit.record_failure``, and
+  ``rate_limit_retry_after`` recognizes the error: LiteLLM's, OpenAI's, httpx's,
+  or any with ``status_code == 429``), or any
+  ``EvalModelLimiter.report_rate_limited(model, retry_after)``, blocks the model until
   ``Retry-After`` (``DEFAULT_RETRY_AFTER``, 1 s, when the reply has none) and,
   once per episode (429s within ``EPISODE`` = 5 s of the first count as one), cuts
   the effective rate to ``CUT_FACTOR`` (0.5) of what it was, never below
@@ -331,7 +334,7 @@ class EvalModelLimiter:
             await asyncio.sleep(min(wait, 5.0))
         self._reserved[(request.step_execution_id, request.attempt)] = tokens
         # The model call runs next in this task: a RateLimitedModelClient finds us here.
-        _CURRENT_CALL.set((self, model))
+        _CURRENT_CALL.set(_Call(self, model))
         return ModelSpendDecision.allow()
 
     async def record(self, request: ModelSpendRequest, usage: AgentUsage) -> None:
@@ -346,6 +349,26 @@ class EvalModelLimiter:
         used = int(usage.input_tokens) + int(usage.output_tokens)
         if used != reserved:
             await self.actor().settle.remote(model, used - reserved, self._wire(rate))
+
+    async def record_failure(self, request: ModelSpendRequest, error: BaseException) -> None:
+        """The session's word that the call ``reserve`` allowed raised: a 429
+        (``rate_limit_retry_after``) is reported to the shared limiter, unless a
+        ``RateLimitedModelClient`` already reported it."""
+        for limit in (self.inner, self.ceiling):
+            hear = getattr(limit, "record_failure", None)
+            if hear is not None:
+                try:
+                    await hear(request, error)
+                except Exception:  # theirs must not keep the 429 from the limiter
+                    logger.warning("a spend limit's record_failure failed", exc_info=True)
+        self._reserved.pop((request.step_execution_id, request.attempt), None)
+        limited, retry_after = rate_limit_retry_after(error)
+        if not limited:
+            return
+        current = _CURRENT_CALL.get()
+        if current is not None and current.limiter is self and current.reported:
+            return
+        await self.report_rate_limited(model_key(request), retry_after)
 
     async def report_rate_limited(self, model: str, retry_after: timedelta | None) -> None:
         """Tell the shared limiter ``model`` answered 429 (with its ``Retry-After``)."""
@@ -363,10 +386,21 @@ class EvalModelLimiter:
         return result
 
 
-_CURRENT_CALL: contextvars.ContextVar[tuple[EvalModelLimiter, str] | None] = contextvars.ContextVar(
+class _Call:
+    """The model call the current Step reserved for: its limiter, its model key, and
+    whether a ``RateLimitedModelClient`` reported its 429 (the session's
+    ``record_failure`` then does not report it again)."""
+
+    def __init__(self, limiter: EvalModelLimiter, model: str) -> None:
+        self.limiter = limiter
+        self.model = model
+        self.reported = False
+
+
+_CURRENT_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
     "dex_agents_ray_eval_model_call", default=None
 )
-"""The limiter and model key of the model call the current Step reserved for."""
+"""The model call the current Step reserved for."""
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -423,6 +457,11 @@ def rate_limit_retry_after(error: BaseException) -> tuple[bool, timedelta | None
 class RateLimitedModelClient:
     """Wraps a ``ModelClient`` so its 429s reach the eval's shared limiter.
 
+    Not needed any more: ``run_eval(model_limits=...)`` hears of every model
+    call that raised from the session itself (``EvalModelLimiter.record_failure``),
+    whatever the client. Kept so code that wraps its client keeps working; a 429
+    it reports is not reported twice.
+
     On a provider 429 (``rate_limit_retry_after``) during a call that an
     ``EvalModelLimiter`` reserved for, it reports the model and ``Retry-After``
     (which blocks every session's calls to that model and cuts its rate), then
@@ -448,10 +487,10 @@ class RateLimitedModelClient:
         except Exception as error:
             limited, retry_after = rate_limit_retry_after(error)
             current = _CURRENT_CALL.get()
-            if limited and current is not None:
-                limiter, model = current
+            if limited and current is not None and not current.reported:
+                current.reported = True
                 try:
-                    await limiter.report_rate_limited(model, retry_after)
+                    await current.limiter.report_rate_limited(current.model, retry_after)
                 except Exception:  # the 429 is what the attempt reports
                     logger.warning("could not report a 429 to the eval limiter", exc_info=True)
             raise

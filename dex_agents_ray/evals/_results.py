@@ -10,14 +10,16 @@ installed, ``results.parquet`` at the end of a run. Every line carries
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 __all__ = [
     "RESULTS_FILE",
@@ -36,6 +38,9 @@ RESULTS_SCHEMA_VERSION = 1
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
 PARQUET_FILE = "results.parquet"
+PARQUET_BATCH = 2000
+"""Rows per batch written to ``results.parquet`` (a streamed run's rows are read
+back from ``results.jsonl`` a batch at a time)."""
 
 
 class CaseStatus(StrEnum):
@@ -130,14 +135,107 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+class Tally:
+    """``EvalReport.summary()``'s figures, gathered one row at a time: counts and sums,
+    plus 8 bytes per row for each scorer's values and the latencies (the mean and
+    percentiles need them), never the rows."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.counts = {status.value: 0 for status in CaseStatus}
+        self.scored = 0
+        self.passed = 0
+        self.scores: dict[str, array[float]] = {}
+        """Each scorer's values over the scored rows."""
+        self.latencies = array("d")
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.model_calls = 0
+
+    def add(self, row: CaseResult) -> None:
+        self.rows += 1
+        self.counts[row.status.value] += 1
+        if row.status is CaseStatus.SCORED:
+            self.scored += 1
+            self.passed += bool(row.passed)
+            for name, value in row.scores.items():
+                self.scores.setdefault(name, array("d")).append(value)
+        if row.latency_s is not None:
+            self.latencies.append(row.latency_s)
+        self.input_tokens += row.input_tokens
+        self.output_tokens += row.output_tokens
+        self.model_calls += row.model_calls
+
+    def summary(self, run_id: str, stopped: str | None) -> dict[str, Any]:
+        latencies = self.latencies
+        return {
+            "schema_version": RESULTS_SCHEMA_VERSION,
+            "run_id": run_id,
+            "cases": self.rows,
+            "counts": dict(self.counts),
+            "pass_rate": self.passed / self.scored if self.scored else None,
+            "mean_scores": {n: _mean(self.scores[n]) for n in sorted(self.scores)},
+            "latency_s": {
+                "mean": _mean(latencies),
+                "p50": _percentile(latencies, 0.5),
+                "p95": _percentile(latencies, 0.95),
+            },
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "stopped": stopped,
+        }
+
+
+class ResultsFileRows(Sequence[CaseResult]):
+    """Rows of a ``results.jsonl``, each read from the file when asked: the lines at
+    ``offsets`` (bytes from the file's start), in that order. Holds 8 bytes per row.
+    The file must stay in place (lines are only ever appended to it)."""
+
+    def __init__(self, path: Path, offsets: Iterable[int]) -> None:
+        self.path = path
+        self.offsets = array("q", offsets)
+
+    def __repr__(self) -> str:
+        return f"ResultsFileRows({str(self.path)!r}, {len(self.offsets)} rows)"
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> CaseResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[CaseResult]: ...
+
+    def __getitem__(self, index: int | slice) -> CaseResult | Sequence[CaseResult]:
+        if isinstance(index, slice):
+            return ResultsFileRows(self.path, self.offsets[index])
+        offset = self.offsets[index]
+        with self.path.open("rb") as file:
+            return _row_at(file, offset)
+
+    def __iter__(self) -> Iterator[CaseResult]:
+        with self.path.open("rb") as file:
+            for offset in self.offsets:
+                yield _row_at(file, offset)
+
+
+def _row_at(file: Any, offset: int) -> CaseResult:
+    file.seek(offset)
+    return CaseResult.from_json(json.loads(file.readline()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalReport:
     """A run's results: one row per case (``results``), in case order."""
 
     run_id: str
     """The run."""
-    results: tuple[CaseResult, ...]
-    """The rows."""
+    results: Sequence[CaseResult]
+    """The rows: a tuple, or, for a run of streamed cases with ``out``, a
+    ``ResultsFileRows`` that reads each row from ``results.jsonl`` when asked (the
+    driver holds 8 bytes per row, not the row)."""
     out: Path | None = None
     """Where they are written; ``None``: nowhere."""
     stopped: str | None = None
@@ -152,32 +250,10 @@ class EvalReport:
 
     def summary(self) -> dict[str, Any]:
         """Counts, pass rate, mean scores, latency percentiles and token totals."""
-        rows = self.results
-        counts = {status.value: 0 for status in CaseStatus}
-        for row in rows:
-            counts[row.status.value] += 1
-        scored = [row for row in rows if row.status is CaseStatus.SCORED]
-        names = sorted({name for row in scored for name in row.scores})
-        latencies = [row.latency_s for row in rows if row.latency_s is not None]
-        return {
-            "schema_version": RESULTS_SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "cases": len(rows),
-            "counts": counts,
-            "pass_rate": _mean([1.0 if row.passed else 0.0 for row in scored]),
-            "mean_scores": {
-                n: _mean([r.scores[n] for r in scored if n in r.scores]) for n in names
-            },
-            "latency_s": {
-                "mean": _mean(latencies),
-                "p50": _percentile(latencies, 0.5),
-                "p95": _percentile(latencies, 0.95),
-            },
-            "input_tokens": sum(row.input_tokens for row in rows),
-            "output_tokens": sum(row.output_tokens for row in rows),
-            "model_calls": sum(row.model_calls for row in rows),
-            "stopped": self.stopped,
-        }
+        tally = Tally()
+        for row in self.results:
+            tally.add(row)
+        return tally.summary(self.run_id, self.stopped)
 
     def table(self) -> Any:
         """One row per case as a pandas ``DataFrame`` (a column per scorer,
@@ -243,6 +319,28 @@ class EvalReport:
         return cls(run_id=run_id, results=tuple(rows.values()), out=path)
 
 
+def _cut_torn_tail(path: Path, chunk: int = 64 * 1024) -> None:
+    """Cut off a torn last line (the driver died mid-write), reading only the file's
+    tail (a streamed run's file may be larger than the driver's memory)."""
+    with path.open("r+b") as file:
+        end = file.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        file.seek(end - 1)
+        if file.read(1) == b"\n":
+            return
+        position = end
+        while position > 0:
+            start = max(0, position - chunk)
+            file.seek(start)
+            newline = file.read(position - start).rfind(b"\n")
+            if newline >= 0:
+                file.truncate(start + newline + 1)
+                return
+            position = start
+        file.truncate(0)
+
+
 def read_results(path: Path) -> dict[str, CaseResult]:
     """The newest row of each case in a ``results.jsonl`` (a torn last line is skipped)."""
     rows: dict[str, CaseResult] = {}
@@ -284,24 +382,24 @@ class ResultsWriter:
         out.mkdir(parents=True, exist_ok=True)
         self.path = out / RESULTS_FILE
         if self.path.exists():
-            data = self.path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                # A torn last line (the driver died mid-write): cut it off.
-                with self.path.open("r+b") as file:
-                    file.truncate(data.rfind(b"\n") + 1)
+            _cut_torn_tail(self.path)
 
     def append(self, row: CaseResult) -> None:
         self.append_many([row])
 
-    def append_many(self, rows: Sequence[CaseResult]) -> None:
-        """Append ``rows`` with one write and one fsync."""
-        data = b"".join((json.dumps(row.to_json(), sort_keys=True) + "\n").encode() for row in rows)
+    def append_many(self, rows: Sequence[CaseResult]) -> list[int]:
+        """Append ``rows`` with one write and one fsync; where each row's line
+        begins in the file (this writer is the file's only appender)."""
+        lines = [(json.dumps(row.to_json(), sort_keys=True) + "\n").encode() for row in rows]
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            start = os.lseek(fd, 0, os.SEEK_END)
+            os.write(fd, b"".join(lines))
             os.fsync(fd)
         finally:
             os.close(fd)
+        offsets = list(itertools.accumulate((len(line) for line in lines[:-1]), initial=start))
+        return offsets if lines else []
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         temporary = self.out / (SUMMARY_FILE + ".tmp")
@@ -309,20 +407,56 @@ class ResultsWriter:
         os.replace(temporary, self.out / SUMMARY_FILE)
 
     def write_parquet(self, results: Iterable[CaseResult]) -> bool:
-        """``results.parquet`` when pyarrow is installed; returns whether it was written."""
+        """``results.parquet`` when pyarrow is installed, ``PARQUET_BATCH`` rows at a
+        time; returns whether it was written."""
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
             return False
-        records = []
-        for row in results:
-            data = row.to_json()
-            for key in ("scores", "reasons", "metadata"):
-                data[key] = json.dumps(data[key], sort_keys=True)
-            records.append(data)
-        pq.write_table(pa.Table.from_pylist(records), self.out / PARQUET_FILE)
+        schema = _parquet_schema(pa)
+        rows = iter(results)
+        temporary = self.out / (PARQUET_FILE + ".tmp")
+        with pq.ParquetWriter(temporary, schema) as writer:
+            while batch := list(itertools.islice(rows, PARQUET_BATCH)):
+                records = []
+                for row in batch:
+                    data = row.to_json()
+                    for key in _JSON_COLUMNS:
+                        data[key] = json.dumps(data[key], sort_keys=True)
+                    records.append(data)
+                writer.write_table(pa.Table.from_pylist(records, schema=schema))
+        os.replace(temporary, self.out / PARQUET_FILE)
         return True
+
+
+_JSON_COLUMNS = ("scores", "reasons", "metadata")
+"""Columns written to ``results.parquet`` as JSON text."""
+
+
+def _parquet_schema(pa: Any) -> Any:
+    """``results.parquet``'s columns: one per ``CaseResult`` field, plus ``schema_version``."""
+    types = {
+        "passed": pa.bool_(),
+        "latency_s": pa.float64(),
+        "cost_usd": pa.float64(),
+        **{name: pa.int64() for name in _INT_COLUMNS},
+    }
+    names = ["schema_version", *CaseResult.__dataclass_fields__]
+    return pa.schema([(name, types.get(name, pa.string())) for name in names])
+
+
+_INT_COLUMNS = (
+    "schema_version",
+    "turns",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "reasoning_tokens",
+    "model_calls",
+    "tool_calls",
+    "interrupts_answered",
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""``run_eval``: many sessions from a list of cases, durable and resumable.
+"""``run_eval``: many sessions from a list or a stream of cases, durable and resumable.
 
 Each case's session ID derives from the run and case IDs
 (``session_id_for(run_id, case_id)``), so running the same ``run_id`` again
@@ -6,6 +6,15 @@ skips cases already scored (their rows in ``results.jsonl``), resumes
 unfinished sessions where they are (mid-turn: the engine re-activates them)
 and starts the rest. A bounded number of cases is driven at once; a case
 waiting for a person gives its slot back.
+
+Cases given as a list are checked whole before anything starts, and the rows are
+kept in memory for the report. Cases given as any other iterable (a generator,
+``EvalCase.iter_dataset(dataset)``) are a stream, read a bounded number ahead of
+the running ones (``_stream``); with ``out``, a streamed run keeps no row in
+memory: each is written to ``results.jsonl`` as it finishes, the summary is
+gathered as rows come (``Tally``), and the report reads its rows back from the
+file. The driver's memory then grows by about 130 bytes per case (its ID, for
+the duplicate check, and where its row is).
 
 A driver that is interrupted (its task cancelled: Ctrl-C, ``SIGTERM`` in
 ``dex-agents-ray eval``, ``ray job stop``) or fails stops driving, writes the
@@ -21,7 +30,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,16 +48,23 @@ from dex_agents_ray.evals._driver import (
 from dex_agents_ray.evals._limits import EVAL_RUN_MODEL_LIMIT, EvalModelLimiter, ModelRateLimit
 from dex_agents_ray.evals._policies import InterruptPolicy
 from dex_agents_ray.evals._results import (
-    RESULTS_FILE,
     CaseResult,
     CaseStatus,
     EvalReport,
+    ResultsFileRows,
     ResultsWriter,
+    Tally,
     load_parquet,
     read_results,
 )
-from dex_agents_ray.evals._runs import write_run_record
+from dex_agents_ray.evals._runs import (
+    CasesLog,
+    EvalRunRecord,
+    finish_run_record,
+    write_run_record,
+)
 from dex_agents_ray.evals._scorers import EvalSample, Score, Scorer, ScorerLike, as_scorer
+from dex_agents_ray.evals._stream import CaseList, CaseStream, RowOffsets, final_row_offsets
 from dex_agents_ray.session import (
     SPEND_LIMIT_REFUSED_PREFIX,
     AgentSessionClient,
@@ -63,6 +79,8 @@ logger = logging.getLogger("dex_agents_ray.evals")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_CONCURRENCY = 16
+CASES_LOG_BATCH = 1000
+"""A streamed run's cases read but not yet in ``cases.jsonl`` that start a write."""
 PUBLISH_SECONDS = 0.5
 """At most this often the driver rewrites ``summary.json`` and publishes its progress
 (both also at the end of a run)."""
@@ -90,7 +108,7 @@ class EvalProgress:
     """Where a run stands (given to the ``progress`` callback after each case)."""
 
     total: int
-    """Cases in the run."""
+    """Cases in the run; for streamed cases, those read so far until ``total_known``."""
     done: int
     """Cases scored or failed, in this run or (scored) in earlier ones."""
     failed: int
@@ -107,6 +125,9 @@ class EvalProgress:
     """Seconds since this call of ``run_eval`` began."""
     state: RunState
     """Running, paused or cancelled (``dex-agents-ray eval pause|resume|cancel``)."""
+    total_known: bool = True
+    """``False`` while the cases come from a stream not read to its end (``total``
+    counts the cases read so far)."""
 
 
 class ScoringContext:
@@ -158,7 +179,7 @@ class _Run:
         self,
         *,
         run_id: str,
-        cases: Sequence[EvalCase],
+        source: CaseList | CaseStream,
         scorers: Sequence[Scorer],
         interrupts: InterruptPolicy | Sequence[InterruptPolicy] | None,
         concurrency: int,
@@ -168,7 +189,7 @@ class _Run:
         progress: Callable[[EvalProgress], None] | None,
     ) -> None:
         self.run_id = run_id
-        self.cases = cases
+        self.source = source
         self.scorers = scorers
         self.interrupts = interrupts
         self.concurrency = concurrency
@@ -177,6 +198,20 @@ class _Run:
         self.writer = writer
         self.progress = progress
         self.rows: dict[str, CaseResult] = {}
+        """The rows kept in memory (every run but a streamed one with ``out``)."""
+        self.on_disk = isinstance(source, CaseStream) and writer is not None
+        """A streamed run with ``out``: rows live in ``results.jsonl`` only."""
+        self.tally = Tally()
+        """The summary's figures of the rows so far (kept when ``on_disk``)."""
+        self.offsets = RowOffsets()
+        """Where each case's row begins in ``results.jsonl`` (when ``on_disk``)."""
+        self.prior: dict[str, int] = {}
+        """Cases an earlier call scored: where their rows are (when ``on_disk``)."""
+        self.record: EvalRunRecord | None = None
+        self.cases_log: CasesLog | None = None
+        """``cases.jsonl`` of a streamed run, appended as cases are read."""
+        self.source_error: Exception | None = None
+        """What reading the stream raised (``run_eval`` raises it at the end)."""
         self.running = 0
         self.started = time.monotonic()
         self.flows: dict[str, AgentSessionFlow] = {}
@@ -223,43 +258,93 @@ class _Run:
 
     def keep(self, row: CaseResult) -> None:
         """Make ``row`` the case's row (the totals follow)."""
+        if self.on_disk:  # a streamed case finishes once per run: nothing to replace
+            self.tally.add(row)
+            self._count(row, 1)
+            return
         old = self.rows.get(row.case_id)
         if old is not None:
             self._count(old, -1)
         self.rows[row.case_id] = row
         self._count(row, 1)
 
+    def read_earlier(self) -> None:
+        """What earlier calls of the run left in ``out`` (their scored cases are
+        skipped): the rows of a list's cases, or where a stream's scored rows are
+        (read a line at a time). Raises ``ValueError`` for rows of a newer release."""
+        if self.writer is None:
+            return
+        if isinstance(self.source, CaseList):
+            self.keep_scored(read_results(self.writer.path))
+        else:
+            self.prior = final_row_offsets(self.writer.path)
+
     def keep_scored(self, previous: Mapping[str, CaseResult]) -> None:
         """Keep the scored rows of an earlier run (a rerun skips those cases)."""
-        for case in self.cases:
+        cases = self.source.cases if isinstance(self.source, CaseList) else ()
+        for case in cases:
             row = previous.get(case.id)
             if row is not None and row.status.final:
                 self.keep(row)
 
+    def admit(self, case: EvalCase) -> bool:
+        """A streamed case just read: note it, and whether it is to run (an earlier
+        call of the run may have scored it)."""
+        if self.cases_log is not None:
+            self.cases_log.append(case)
+            if len(self.cases_log.pending) >= CASES_LOG_BATCH:
+                self._start_flush()
+        if self.on_disk:
+            offset = self.prior.pop(case.id, None)
+            if offset is None:
+                return True
+            assert isinstance(self.source, CaseStream) and self.writer is not None
+            self.offsets.set(self.source.seen[case.id], offset)
+            self.keep(ResultsFileRows(self.writer.path, [offset])[0])
+            return False
+        return case.id not in self.rows
+
     def snapshot(self) -> EvalProgress:
         return EvalProgress(
-            total=len(self.cases),
+            total=self.source.read,
             running=self.running,
             elapsed_s=time.monotonic() - self.started,
             state=self.state,
+            total_known=self.source.ended,
             **self.totals,
         )
 
     def report(self) -> EvalReport:
-        ordered = tuple(self.rows[c.id] for c in self.cases if c.id in self.rows)
+        results: Sequence[CaseResult]
+        if self.on_disk:
+            assert self.writer is not None
+            results = ResultsFileRows(self.writer.path, self.offsets.written())
+        else:
+            source = self.source
+            ids = (c.id for c in source.cases) if isinstance(source, CaseList) else source.seen
+            results = tuple(self.rows[i] for i in ids if i in self.rows)
         return EvalReport(
             run_id=self.run_id,
-            results=ordered,
+            results=results,
             out=None if self.writer is None else self.writer.out,
             stopped=self.stopped,
         )
+
+    def summary(self) -> dict[str, Any]:
+        """``summary.json``'s figures now (gathered as rows came, for a run on disk)."""
+        if self.on_disk:
+            return self.tally.summary(self.run_id, self.stopped)
+        return self.report().summary()
+
+    def _start_flush(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
 
     def _finish(self, row: CaseResult) -> None:
         self.keep(row)
         if self.writer is not None:
             self._unwritten.append(row)
-            if self._flusher is None or self._flusher.done():
-                self._flusher = asyncio.create_task(self._flush())
+            self._start_flush()
         now = time.monotonic()
         if self.control is not None and now - self._published >= PUBLISH_SECONDS:
             self._published = now
@@ -280,13 +365,23 @@ class _Run:
         thread (a row lost to a kill before its fsync only makes the rerun derive it
         from the session again)."""
         assert self.writer is not None
-        while self._unwritten:
+        log = self.cases_log
+        while self._unwritten or (log is not None and log.pending):
+            if log is not None and log.pending:  # a row's case is written before it
+                lines, log.pending = log.pending, []
+                await asyncio.to_thread(log.write, lines)
             batch, self._unwritten = self._unwritten, []
-            await asyncio.to_thread(self.writer.append_many, batch)
+            if not batch:
+                continue
+            offsets = await asyncio.to_thread(self.writer.append_many, batch)
+            if self.on_disk:
+                assert isinstance(self.source, CaseStream)
+                for row, offset in zip(batch, offsets, strict=True):
+                    self.offsets.set(self.source.seen[row.case_id], offset)
             now = time.monotonic()
             if now - self._summarized >= PUBLISH_SECONDS:
                 self._summarized = now
-                summary = self.report().summary()
+                summary = self.summary()
                 await asyncio.to_thread(self.writer.write_summary, summary)
 
     def prepare_files(self) -> None:
@@ -295,20 +390,37 @@ class _Run:
         if self.writer is not None:
             self._parquet = asyncio.create_task(asyncio.to_thread(load_parquet))
 
+    async def finish(self) -> EvalReport:
+        """The report, once its files are written; raises what reading the stream raised."""
+        report = self.report()
+        await self.write_files(report)
+        if self.source_error is not None:
+            raise self.source_error
+        return report
+
     async def write_files(self, report: EvalReport) -> None:
-        """``summary.json`` and ``results.parquet`` at the end of the run."""
+        """``summary.json`` and ``results.parquet`` at the end of the run, and the
+        number of cases in ``run.json`` once a stream was read to its end."""
         if self.writer is None:
             return
-        self.writer.write_summary(report.summary())
+        if self.on_disk:  # the rows are read back from the file: not in the loop
+            await asyncio.to_thread(self.writer.write_summary, report.summary())
+        else:
+            self.writer.write_summary(report.summary())
         if self._parquet is not None:
             await self._parquet
-        self.writer.write_parquet(report.results)
+        if self.on_disk:
+            await asyncio.to_thread(self.writer.write_parquet, report.results)
+        else:
+            self.writer.write_parquet(report.results)
+        if self.record is not None and not self.record.cases_known and self.source.ended:
+            finish_run_record(self.writer.out, self.record, self.source.read)
 
     async def drain(self) -> None:
         """Wait until every finished row is on disk."""
         while self._flusher is not None and not self._flusher.done():
             await self._flusher
-        if self._unwritten:
+        if self._unwritten or (self.cases_log is not None and self.cases_log.pending):
             self._flusher = asyncio.create_task(self._flush())
             await self._flusher
 
@@ -333,7 +445,7 @@ class _Run:
                 await asyncio.wait([self._flusher])
             await self.drain()
             if self.writer is not None:
-                summary = self.report().summary()
+                summary = self.summary()
                 await asyncio.to_thread(self.writer.write_summary, summary)
         except Exception:
             logger.warning("eval %s: could not write the finished rows", self.run_id, exc_info=True)
@@ -476,7 +588,20 @@ class _Run:
             metadata=case.metadata,
         )
 
-    async def schedule(self, flow: AgentSessionFlow, todo: Sequence[EvalCase]) -> None:
+    async def _next_case(self) -> EvalCase | None:
+        """The next case to run; ``None`` at the end of the cases, or when the stream
+        failed (``source_error``)."""
+        while True:
+            try:
+                case = await self.source.next()
+            except Exception as error:  # a bad row, a duplicate ID, the iterator's own
+                self.source_error = error
+                self.stopped = f"reading the cases failed: {type(error).__name__}: {error}"
+                return None
+            if case is None or self.admit(case):
+                return case
+
+    async def schedule(self, flow: AgentSessionFlow) -> None:
         slots = asyncio.Semaphore(self.concurrency)
         tasks = self.driving
         running: dict[str, asyncio.Task[None]] = {}
@@ -501,7 +626,7 @@ class _Run:
                     self.running -= 1
                 slots.release()
 
-        for case in todo:
+        while (case := await self._next_case()) is not None:
             await slots.acquire()
             if await self._should_stop():
                 slots.release()
@@ -532,7 +657,7 @@ def _cost(case: EvalCase) -> float | None:
 
 async def run_eval(
     flow: AgentSessionFlow,
-    cases: Sequence[EvalCase],
+    cases: Iterable[EvalCase],
     *,
     run_id: str,
     concurrency: int = DEFAULT_CONCURRENCY,
@@ -555,9 +680,15 @@ async def run_eval(
     and starts the rest. A case needing a person is reported ``needs_person``
     and its session left waiting.
 
+    A list of cases is checked whole before anything starts; any other iterable
+    is a stream (``EvalCase.iter_dataset(dataset)``), read at most ``concurrency``
+    cases ahead of the running ones (see the module's docstring). A bad case in a
+    stream stops the scheduling; the running cases finish, then it is raised.
+
     Args:
         flow: The agent (its Flow type names the sessions' type).
-        cases: The cases (``EvalCase.from_jsonl``); IDs must be unique.
+        cases: The cases (``EvalCase.from_jsonl``, or a stream such as
+            ``EvalCase.iter_dataset``); IDs must be unique.
         run_id: Names the run; with a case ID it names the case's session.
         concurrency: Most cases driven at once.
         scorers: ``Scorer`` objects or plain callables (see ``dex_agents_ray.evals``).
@@ -583,16 +714,16 @@ async def run_eval(
             ``namespace`` and ``ray_address`` given here win over its fields.
 
     Raises:
-        ValueError: A bad ``run_id``, ``concurrency``, duplicate case IDs;
-            nothing is started.
+        ValueError: A bad ``run_id``, ``concurrency``, duplicate case IDs in a
+            list; nothing is started.
+        EvalCaseError: A bad or duplicate case in a stream (naming its row, from 1).
     """
-    cases, scorer_objects = _checked(
+    listed, scorer_objects = _checked(
         flow, cases, run_id, concurrency, scorers, model_limits, max_failures, max_spend_tokens
     )
-    previous = read_results(Path(out) / RESULTS_FILE) if out is not None else {}
     run = _Run(
         run_id=run_id,
-        cases=cases,
+        source=CaseList(listed) if listed is not None else CaseStream(cases, concurrency),
         scorers=scorer_objects,
         interrupts=interrupts,
         concurrency=concurrency,
@@ -601,7 +732,7 @@ async def run_eval(
         writer=ResultsWriter(Path(out)) if out is not None else None,
         progress=progress,
     )
-    run.keep_scored(previous)
+    run.read_earlier()
     options = engine_options or EngineOptions()
     options = dataclasses.replace(
         options,
@@ -611,11 +742,8 @@ async def run_eval(
     )
     engine = await _start(run, flow, model_limits, options, out)
     try:
-        todo = [c for c in cases if c.id not in run.rows]
-        await run.schedule(run.flows[flow.get_flow_type()], todo)
-        report = run.report()
-        await run.write_files(report)
-        return report
+        await run.schedule(run.flows[flow.get_flow_type()])
+        return await run.finish()
     except BaseException:  # cancelled (interrupted) or failed: a rerun goes on
         await run.abandon()
         raise
@@ -626,15 +754,16 @@ async def run_eval(
 
 def _checked(
     flow: AgentSessionFlow,
-    cases: Sequence[EvalCase],
+    cases: Iterable[EvalCase],
     run_id: str,
     concurrency: int,
     scorers: Sequence[ScorerLike],
     model_limits: Mapping[str, ModelRateLimit] | None,
     max_failures: int | None,
     max_spend_tokens: int | None,
-) -> tuple[list[EvalCase], list[Scorer]]:
-    """``run_eval``'s arguments checked (before anything starts): the cases and scorers."""
+) -> tuple[list[EvalCase] | None, list[Scorer]]:
+    """``run_eval``'s arguments checked (before anything starts): the cases (``None``
+    for a stream, checked as it is read) and scorers."""
     check_run_id(run_id)
     if not isinstance(flow, AgentSessionFlow):
         raise TypeError("run_eval: flow must be an AgentSessionFlow")
@@ -644,14 +773,18 @@ def _checked(
         raise ValueError("run_eval: max_failures must be >= 1 or None")
     if max_spend_tokens is not None and max_spend_tokens < 1:
         raise ValueError("run_eval: max_spend_tokens must be >= 1 or None")
-    cases = list(cases)
-    seen: set[str] = set()
-    for case in cases:
-        if not isinstance(case, EvalCase):
-            raise TypeError(f"run_eval: cases must be EvalCase, got {type(case).__name__}")
-        if case.id in seen:
-            raise ValueError(f"run_eval: duplicate case id {case.id!r}")
-        seen.add(case.id)
+    listed: list[EvalCase] | None = None
+    if isinstance(cases, Sequence):
+        listed = list(cases)
+        seen: set[str] = set()
+        for case in listed:
+            if not isinstance(case, EvalCase):
+                raise TypeError(f"run_eval: cases must be EvalCase, got {type(case).__name__}")
+            if case.id in seen:
+                raise ValueError(f"run_eval: duplicate case id {case.id!r}")
+            seen.add(case.id)
+    elif not isinstance(cases, Iterable):
+        raise TypeError(f"run_eval: cases must be an iterable of EvalCase, got {cases!r}")
     for key, limit in (model_limits or {}).items():
         if not isinstance(limit, ModelRateLimit):
             raise TypeError(f"run_eval: model_limits[{key!r}] must be a ModelRateLimit")
@@ -659,7 +792,7 @@ def _checked(
     names = [s.name for s in scorer_objects]
     if len(set(names)) != len(names):
         raise ValueError(f"run_eval: scorer names must be unique, got {names}")
-    return cases, scorer_objects
+    return listed, scorer_objects
 
 
 async def _start(
@@ -672,7 +805,12 @@ async def _start(
     """Make the run's flows (with its limiter), start its engine and open its control."""
     namespace = options.namespace or DEFAULT_NAMESPACE
     if out is not None:  # the eval pages read the run's agent, cases and start from it
-        write_run_record(out, run_id=run.run_id, agent=flow.get_flow_type(), cases=run.cases)
+        listed = run.source.cases if isinstance(run.source, CaseList) else None
+        run.record = write_run_record(
+            out, run_id=run.run_id, agent=flow.get_flow_type(), cases=listed
+        )
+        if listed is None:
+            run.cases_log = CasesLog(out)
     limiter: EvalModelLimiter | None = None
     if run.max_spend_tokens is not None:
         ledger = (Path(out) if out is not None else Path(".dex-agents-ray")) / "spend.db"
@@ -698,5 +836,6 @@ async def _start(
         list(run.flows.values()), options=dataclasses.replace(options, namespace=namespace)
     )
     run.control = EvalControl(run.run_id, namespace=namespace)
-    await run.control.open(len(run.cases))  # a new actor starts while the first cases run
+    # A new actor starts while the first cases run; a stream's total is not known yet.
+    await run.control.open(run.source.read if run.source.ended else None)
     return run.engine

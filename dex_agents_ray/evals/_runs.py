@@ -8,12 +8,20 @@ each case, and where the run stands (``dex-agents-ray serve``'s eval pages).
 - ``cases.jsonl``: the cases as given (``EvalCase.from_jsonl`` reads it back,
   so a run directory is enough to run the cases again).
 
+A run of streamed cases (``run_eval`` given an iterator, such as
+``EvalCase.iter_dataset``) does not know its number of cases until its driver
+reads the stream to its end: its ``run.json`` says ``"cases_known": false``
+meanwhile (and ``"cases": 0``; a release that does not know the field reads the
+run as one of no cases), its ``cases.jsonl`` grows as the driver reads cases,
+and the count is written once the stream ends.
+
 Everything here only reads, except :func:`write_run_record`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -62,18 +70,24 @@ class EvalRunRecord:
     agent: str
     """The Flow type of the agent under test."""
     cases: int
-    """Cases in the run."""
+    """Cases in the run (0 while ``cases_known`` is ``False``)."""
     started_at: datetime
     """When the latest call of ``run_eval`` for this run started (UTC)."""
+    cases_known: bool = True
+    """``False`` while the cases come from a stream its driver has not read to the
+    end (``cases.jsonl`` holds those read so far)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "schema_version": RUN_SCHEMA_VERSION,
             "run_id": self.run_id,
             "agent": self.agent,
             "cases": self.cases,
             "started_at": self.started_at.isoformat(),
         }
+        if not self.cases_known:  # an optional field: older readers skip it
+            data["cases_known"] = False
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EvalRunRecord:
@@ -88,6 +102,7 @@ class EvalRunRecord:
             agent=str(data["agent"]),
             cases=int(data["cases"]),
             started_at=datetime.fromisoformat(str(data["started_at"])),
+            cases_known=data.get("cases_known", True) is not False,
         )
 
 
@@ -117,22 +132,56 @@ def write_run_record(
     *,
     run_id: str,
     agent: str,
-    cases: Sequence[EvalCase],
+    cases: Sequence[EvalCase] | None,
     started_at: datetime | None = None,
 ) -> EvalRunRecord:
-    """Write ``cases.jsonl`` and then ``run.json`` under ``out`` (each atomically)."""
+    """Write ``cases.jsonl`` and then ``run.json`` under ``out`` (each atomically).
+
+    ``cases=None``: the cases come from a stream; ``cases.jsonl`` is left empty for
+    the driver to append to (:class:`CasesLog`) and ``run.json`` says
+    ``"cases_known": false`` until :func:`finish_run_record` writes the count.
+    """
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
-    lines = (json.dumps(case.to_json(), sort_keys=True) + "\n" for case in cases)
+    lines = (json.dumps(case.to_json(), sort_keys=True) + "\n" for case in cases or ())
     _write_atomically(path / CASES_FILE, "".join(lines).encode())
     record = EvalRunRecord(
         run_id=run_id,
         agent=agent,
-        cases=len(cases),
+        cases=0 if cases is None else len(cases),
         started_at=started_at or datetime.now(UTC),
+        cases_known=cases is not None,
     )
-    _write_atomically(path / RUN_FILE, json.dumps(record.to_json(), indent=2).encode())
+    _write_record(path, record)
     return record
+
+
+def _write_record(path: Path, record: EvalRunRecord) -> None:
+    _write_atomically(path / RUN_FILE, json.dumps(record.to_json(), indent=2).encode())
+
+
+def finish_run_record(out: str | os.PathLike[str], record: EvalRunRecord, cases: int) -> None:
+    """Rewrite ``run.json`` with the number of cases a stream turned out to hold."""
+    _write_record(Path(out), dataclasses.replace(record, cases=cases, cases_known=True))
+
+
+class CasesLog:
+    """Appends a streamed run's cases to ``cases.jsonl`` as its driver reads them:
+    ``append`` keeps a case's line in ``pending``; ``write`` adds lines to the file
+    (from a thread; the caller takes them from ``pending`` first)."""
+
+    def __init__(self, out: str | os.PathLike[str]) -> None:
+        self.path = Path(out) / CASES_FILE
+        self.pending: list[str] = []
+
+    def append(self, case: EvalCase) -> None:
+        self.pending.append(json.dumps(case.to_json(), sort_keys=True) + "\n")
+
+    def write(self, lines: Sequence[str]) -> None:
+        """Append ``lines`` (no fsync: a line lost to a crash is written again by the
+        rerun, which reads the stream from its start)."""
+        with self.path.open("a", encoding="utf-8") as file:
+            file.write("".join(lines))
 
 
 def _is_run(path: Path) -> bool:
@@ -319,16 +368,26 @@ class EvalRunReader:
 
 
 def eval_run_status(
-    progress: Mapping[str, Any] | None, *, rows: int, cases: int | None, stopped: str | None
+    progress: Mapping[str, Any] | None,
+    *,
+    rows: int,
+    cases: int | None,
+    stopped: str | None,
+    cases_known: bool = True,
 ) -> EvalRunStatus:
     """Where a run stands, from its control actor's status (``EvalControl.status()``;
     ``None``: no such actor on this cluster), its number of rows and cases, and why
-    scheduling stopped (``summary.json``'s ``stopped``).
+    scheduling stopped (``summary.json``'s ``stopped``). ``cases_known=False``: the
+    run's cases come from a stream its driver has not read to the end (``run.json``
+    says ``"cases_known": false``), so rows cannot tell a finished run from an
+    interrupted one.
 
     A driver killed without its Ray cluster leaves its control actor saying
     ``running`` until the run ID runs again; that run shows as running.
     """
     if progress is None:
+        if not cases_known:
+            return EvalRunStatus.DONE if stopped is not None else EvalRunStatus.INTERRUPTED
         complete = cases is None or rows >= cases or stopped is not None
         return EvalRunStatus.DONE if complete else EvalRunStatus.INTERRUPTED
     state = progress.get("state")
@@ -339,7 +398,9 @@ def eval_run_status(
     if "running" not in progress:  # opened; no case finished yet
         return EvalRunStatus.RUNNING
     settled = int(progress.get("done", 0)) + int(progress.get("needs_person", 0))
-    if int(progress["running"]) == 0 and (settled >= int(progress["total"]) or stopped):
+    total = progress.get("total")
+    counted = total is not None and progress.get("total_known", True)
+    if int(progress["running"]) == 0 and (stopped or (counted and settled >= int(total or 0))):
         return EvalRunStatus.DONE
     return EvalRunStatus.RUNNING
 

@@ -135,11 +135,17 @@ class EvalRuns:
         report = reader.report()
         figures = report.summary()
         record = reader.record
-        total = record.cases if record is not None else None
-        if total is None and progress is not None and "total" in progress:
+        # A run of streamed cases counts the cases read so far until its stream ends
+        # (run.json's "cases_known" false): the pages show that count with a "+".
+        known = record is None or record.cases_known
+        total = record.cases if record is not None and known else None
+        if total is None and progress is not None and progress.get("total") is not None:
             total = int(progress["total"])
+            known = known and bool(progress.get("total_known", True))
+        if not known and total is None:
+            total = len(reader.cases())
         status = eval_run_status(
-            progress, rows=len(reader.rows), cases=total, stopped=report.stopped
+            progress, rows=len(reader.rows), cases=total, stopped=report.stopped, cases_known=known
         )
         costs = [r.cost_usd for r in report.results if r.cost_usd is not None]
         data = {
@@ -148,6 +154,7 @@ class EvalRuns:
             "agent": record.agent if record is not None else None,
             "status": status.value,
             "cases": total if total is not None else len(reader.rows),
+            "cases_known": known,
             "rows": len(reader.rows),
             "counts": figures["counts"],
             "passed": sum(1 for r in report.results if r.passed),

@@ -17,6 +17,12 @@ runner builds its spend ceiling on it):
   A failing ``record`` is logged and never fails the Step: the call happened. A
   crash between the call and ``record`` leaves it unrecorded; a retried attempt
   reserves again.
+- When the call raises instead, ``record_failure(request, error)`` hears of it,
+  if the limit has that method (it is optional), before the attempt fails with
+  the error. This is how a provider's 429 reaches a shared rate limiter whatever
+  the model client (the evals' limiter reads the status and ``Retry-After`` from
+  the error). A failing ``record_failure`` is logged; the attempt fails with the
+  call's error all the same.
 
 ``RaySpendLimit`` is a ready implementation for a Ray cluster: one named actor
 holds per-key token budgets and persists its counts, so they survive its restart.
@@ -108,6 +114,12 @@ class ModelSpendLimit(Protocol):
     async def record(self, request: ModelSpendRequest, usage: AgentUsage) -> None:
         """What the call used."""
         ...
+
+    # Optional, not part of the Protocol's check (a limit without it is not told):
+    #
+    #     async def record_failure(self, request: ModelSpendRequest, error: BaseException) -> None:
+    #         """The call ``reserve`` allowed raised ``error`` (called in the task that
+    #         made the call, before the attempt fails; an exception from it is logged)."""
 
 
 def spent_tokens(usage: AgentUsage) -> int:

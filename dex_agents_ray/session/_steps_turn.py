@@ -310,7 +310,11 @@ class RunModel(_TurnStep):
                 refused = await _reserve(config, spend)
                 if refused is not None:
                     return fail_turn(context, config, state, refused, turn)
-                outcome = await config.runner.run_model_step(turn)
+                try:
+                    outcome = await config.runner.run_model_step(turn)
+                except Exception as error:
+                    await _record_failure(config, spend, error)
+                    raise
                 note_model_result(outcome)
                 await _record_spend(config, spend, getattr(outcome, "usage", None))
         finally:
@@ -373,7 +377,11 @@ class CompactContext(Step[CompactContextInput]):
                     refused = await _reserve(config, spend)
                     if refused is not None:
                         return fail_turn(context, config, state, refused, turn)
-                    result = await runner.summarize_context(request)
+                    try:
+                        result = await runner.summarize_context(request)
+                    except Exception as error:
+                        await _record_failure(config, spend, error)
+                        raise
                     note_model_result(result)
                     await _record_spend(config, spend, getattr(result, "usage", None))
             finally:
@@ -667,6 +675,22 @@ async def _record_spend(
     except Exception:  # the call happened: a lost count must not fail the Step
         logger.warning(
             "session %s: the spend limit's record failed", request.flow_id, exc_info=True
+        )
+
+
+async def _record_failure(
+    config: SessionConfig, request: ModelSpendRequest | None, error: Exception
+) -> None:
+    """Tell the spend limit the call it allowed raised (``record_failure``, optional)."""
+    limit = config.options.spend_limit
+    hear = getattr(limit, "record_failure", None)
+    if request is None or hear is None:
+        return
+    try:
+        await hear(request, error)
+    except Exception:  # the call's own error is what the attempt reports
+        logger.warning(
+            "session %s: the spend limit's record_failure failed", request.flow_id, exc_info=True
         )
 
 

@@ -47,10 +47,12 @@ def eval_flow(
     flow_type: str = "EvalAgent",
     storm: int = 0,
     retry_after: float = 1.0,
+    wrap: bool = True,
 ) -> AgentSessionFlow:
     """``storm``: the first that many model calls (across every process) answer 429
     with ``retry_after``, logged as ``<time> <pid> 429`` in ``model-times.log``;
-    the model is then wrapped in ``RateLimitedModelClient``."""
+    the model is then wrapped in ``RateLimitedModelClient`` (unless ``wrap`` is
+    ``False``: the session reports the 429s itself)."""
     state = str(state_dir)
 
     def log(name: str) -> InvocationLog:
@@ -94,7 +96,7 @@ def eval_flow(
         name="eval-agent",
         instructions="Look things up.",
         model=RateLimitedModelClient(ScriptedModelClient(script))
-        if storm
+        if storm and wrap
         else ScriptedModelClient(script),
         tools=[
             function_tool(lookup, effect=ToolEffect.READ),

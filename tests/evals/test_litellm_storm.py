@@ -83,3 +83,58 @@ async def test_a_429_storm_from_the_provider_slows_cases_and_fails_none(
     # ... and never more than the bucket allows (a burst of 2, 2 a second) in any second.
     for start in grants:
         assert sum(1 for g in grants if start <= g < start + 1.0) <= 2 + 2
+
+
+async def test_a_429_storm_reaches_the_limiter_from_an_agent_built_the_plain_way(
+    ray_session: None,
+    namespace: str,
+    store_path: Path,
+    tmp_path: Path,
+    provider: FakeProviderServer,
+) -> None:
+    # The support desk of actors/, on a plain LiteLLMModelClient: no RateLimitedModelClient
+    # anywhere. The session tells the run's limiter of each model call that raised.
+    from actors.support import support_flow
+    from dex_agents_ray.litellm import LiteLLMModelClient
+    from tests.evals.agents import provider_api_key
+
+    too_many = ErrorReply(
+        status=429,
+        body={"error": {"message": "Rate limit reached", "type": "requests"}},
+        headers={"Retry-After": str(RETRY_AFTER)},
+    )
+    provider.enqueue(
+        RESPONSES_PATH,
+        *([too_many] * STORM),
+        *([responses_stream(output=[ANSWER], usage=USAGE)] * CASES),
+    )
+    model = LiteLLMModelClient(
+        "openai/gpt-5-mini", api_base=provider.openai_api_base, api_key_provider=provider_api_key
+    )
+    cases = [EvalCase(id=f"c{i}", turns=(f"order A{i + 1}",), expected="42") for i in range(CASES)]
+
+    report = await run_eval(
+        support_flow(model, flow_type="SupportDeskStorm"),
+        cases,
+        run_id="storm-plain",
+        concurrency=CASES,
+        scorers=[contains()],
+        model_limits={"default": ModelRateLimit(requests_per_minute=RATE)},
+        out=tmp_path / "out",
+        store=store_path,
+        namespace=namespace,
+    )
+
+    # The 429s slowed the cases and failed none ...
+    assert [r.status for r in report.results] == [CaseStatus.SCORED] * CASES, report.results
+    assert all(r.passed for r in report.results)
+    times = [r.at for r in provider.requests if r.path == RESPONSES_PATH]
+    assert len(times) == STORM + CASES
+    # ... and the shared limiter heard of each one, once.
+    stats = await EvalModelLimiter("eval.storm-plain", {}, namespace=namespace).stats()
+    assert stats["default"]["rate_limited"] == STORM and stats["default"]["cuts"] >= 1
+    grants = stats["default"]["granted_at"]
+    assert len(grants) == STORM + CASES
+    for reported in stats["default"]["reported_at"]:
+        inside = [g for g in grants if reported < g < reported + RETRY_AFTER]
+        assert not inside, ([round(g - reported, 3) for g in grants], reported)

@@ -27,6 +27,12 @@ const fmt = {
   },
 };
 
+// A run's number of cases; a run of streamed cases whose end its driver has not
+// reached yet shows the cases read so far, with a "+".
+function casesCount(run) {
+  return `${fmt.int(run.cases)}${run.cases_known === false ? "+" : ""}`;
+}
+
 function runBadge(status) {
   return badge(status, `run-${status}`);
 }

@@ -161,7 +161,7 @@ function renderStats() {
   const rate = run.pass_rate;
   const cards = [
     stat("Pass rate", fmt.pct(rate), `${fmt.int(run.passed)} of ${fmt.int(scored)} scored cases`, rate === null ? "" : rate >= 0.8 ? "good" : rate < 0.5 ? "bad" : "warn"),
-    stat("Cases", `${fmt.int(run.rows)} / ${fmt.int(run.cases)}`, `${fmt.int(run.failed)} failed · ${fmt.int(counts.needs_person)} need a person · ${fmt.int(counts.failed)} errored`),
+    stat("Cases", `${fmt.int(run.rows)} / ${casesCount(run)}`, `${fmt.int(run.failed)} failed · ${fmt.int(counts.needs_person)} need a person · ${fmt.int(counts.failed)} errored`),
     ...scores.map(([name, value]) => stat(`Mean ${name}`, fmt.score(value), "over the scored cases")),
     stat("Tokens", fmt.int(run.tokens), `${fmt.int(run.input_tokens)} in · ${fmt.int(run.output_tokens)} out · ${fmt.int(run.model_calls)} model calls`),
     stat("Latency p50", fmt.secs(run.latency_s && run.latency_s.p50), `p95 ${fmt.secs(run.latency_s && run.latency_s.p95)} · mean ${fmt.secs(run.latency_s && run.latency_s.mean)}`),

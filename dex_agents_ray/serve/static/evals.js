@@ -9,7 +9,7 @@ function runRow(run) {
   box.checked = picked.includes(run.key);
   box.addEventListener("change", () => togglePick(run.key, box.checked));
   const done = run.rows;
-  const cases = el("td", { class: "num" }, `${fmt.int(done)} / ${fmt.int(run.cases)}`);
+  const cases = el("td", { class: "num" }, `${fmt.int(done)} / ${casesCount(run)}`);
   if (run.status === "running" || run.status === "paused") {
     const fill = el("span");
     fill.style.width = `${run.cases ? Math.min(100, (100 * done) / run.cases) : 0}%`;

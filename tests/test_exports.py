@@ -288,8 +288,10 @@ EXPORTS: dict[str, list[str]] = {
         "CampaignRecord",
         "ChaosCampaign",
         "ChaosReport",
+        "ClusterNodes",
         "FaultKind",
         "FaultRecord",
+        "LoopbackClusterNodes",
         "ResolutionRecord",
         "SessionRecord",
         "ToolInvocation",
@@ -297,6 +299,7 @@ EXPORTS: dict[str, list[str]] = {
         "check_invariants",
         "repeated_events",
         "uncommitted_results",
+        "wait_until_dead",
     ],
     "dex_agents_ray.ui_stream": [
         "AGENT_EVENT_STREAM_HEADERS",

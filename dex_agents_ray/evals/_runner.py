@@ -732,14 +732,37 @@ async def run_eval(
         writer=ResultsWriter(Path(out)) if out is not None else None,
         progress=progress,
     )
-    run.read_earlier()
-    options = engine_options or EngineOptions()
-    options = dataclasses.replace(
+    options = _engine_options(engine_options, store, namespace, ray_address)
+    return await _drive(run, flow, model_limits, options, out)
+
+
+def _engine_options(
+    given: EngineOptions | None,
+    store: str | Path | None,
+    namespace: str | None,
+    ray_address: str | None,
+) -> EngineOptions:
+    """``engine_options`` with ``run_eval``'s own ``store``, ``namespace`` and
+    ``ray_address`` in place of its fields where given."""
+    options = given or EngineOptions()
+    return dataclasses.replace(
         options,
-        store=store if store is not None else options.store,
-        namespace=namespace if namespace is not None else options.namespace,
-        ray_address=ray_address if ray_address is not None else options.ray_address,
+        store=options.store if store is None else store,
+        namespace=options.namespace if namespace is None else namespace,
+        ray_address=options.ray_address if ray_address is None else ray_address,
     )
+
+
+async def _drive(
+    run: _Run,
+    flow: AgentSessionFlow,
+    model_limits: Mapping[str, ModelRateLimit] | None,
+    options: EngineOptions,
+    out: str | Path | None,
+) -> EvalReport:
+    """Start the run's engine, drive its cases and finish it (or, interrupted or
+    failed, leave it for a rerun)."""
+    run.read_earlier()
     engine = await _start(run, flow, model_limits, options, out)
     try:
         await run.schedule(run.flows[flow.get_flow_type()])

@@ -24,6 +24,7 @@ FAULTS = 14
 SEED = 5
 
 
+@pytest.mark.timeout(600)  # its driver has 540 s; a loaded machine can take more than 300
 async def test_node_kills_and_postgres_faults_hold_every_invariant(tmp_path: Path) -> None:
     report = await run_driver(
         "tests.cluster.node_chaos_driver", str(tmp_path), str(FAULTS), str(SEED), timeout=540

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -258,14 +260,38 @@ async def _events(sessions: AgentSessionClient, args: argparse.Namespace) -> int
     for message in reversed(page.messages):
         _print_event(message.value, args.json)
         token = message.resume_token
-    while args.follow:
-        try:
-            message = await sessions.read_event(args.session_id, token, timeout=30)
-        except LongPollTimeoutError:  # nothing new for 30 s: poll again
-            continue
-        _print_event(message.value, args.json)
-        token = message.resume_token
+    if args.follow:
+        await _follow(sessions, args, token)
     return DONE
+
+
+async def _follow(sessions: AgentSessionClient, args: argparse.Namespace, token: str) -> None:
+    """Print new events until Ctrl-C. SIGINT sets an event the loop waits on beside
+    the long poll, so the command ends here and shuts its engine down, whatever
+    the poll was doing (a cancellation that lands as the poll answers can be lost
+    in Python 3.11's ``wait_for``)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            read = asyncio.ensure_future(sessions.read_event(args.session_id, token, timeout=30))
+            await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                read.cancel()
+                with contextlib.suppress(BaseException):
+                    await read
+                return
+            try:
+                message = read.result()
+            except LongPollTimeoutError:  # nothing new for 30 s: poll again
+                continue
+            _print_event(message.value, args.json)
+            token = message.resume_token
+    finally:
+        stopped.cancel()
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def _print_event(event: AgentEvent, as_json: bool) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,15 @@ def _control_actor_class() -> type[Any]:
 
 
 _actor_class: Any = None
+logger = logging.getLogger("dex_agents_ray.evals")
+
+
+def _gone(error: BaseException) -> bool:
+    """Whether ``error`` says the control actor is gone for good (its process or
+    its node died), not that a call failed."""
+    import ray.exceptions
+
+    return isinstance(error, ray.exceptions.ActorDiedError)
 
 
 def _actor(namespace: str | None, create: bool) -> tuple[Any, bool]:
@@ -134,6 +144,8 @@ class EvalControl:
         self.run_id = run_id
         self.namespace = namespace
         self._opening: asyncio.Future[Any] | None = None
+        self._opened_here = False
+        self._total: int | None = None
         try:
             self._handle, self._created = _actor(namespace, create)
         except ValueError as error:
@@ -156,6 +168,8 @@ class EvalControl:
         cancelled). To an actor this handle created the call is
         sent, not waited for: its process starts while the first cases run, and
         this handle's other calls wait for it."""
+        self._total = total
+        self._opened_here = True
         self._opening = asyncio.ensure_future(self._handle.open.remote(self.run_id, total))
         if not self._created:
             await self._opened()
@@ -163,37 +177,60 @@ class EvalControl:
     async def _opened(self) -> None:
         """Wait for this handle's ``open`` (its other calls come after it)."""
         if self._opening is not None:
-            await self._opening
-            self._opening = None
+            opening, self._opening = self._opening, None
+            try:
+                await opening
+            except Exception as error:
+                if not _gone(error):
+                    raise
+                await self._replace()
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """Call the actor; when it is gone (its node died, say), a new one is made
+        (the name is free again) and, for the run this handle opened, the run is
+        opened on it before the call is tried once more. What the old actor held
+        (a pause or cancel asked meanwhile, the last progress) went with it."""
+        await self._opened()
+        try:
+            return await getattr(self._handle, method).remote(self.run_id, *args)
+        except Exception as error:
+            if not _gone(error):
+                raise
+        await self._replace()
+        return await getattr(self._handle, method).remote(self.run_id, *args)
+
+    async def _replace(self) -> None:
+        logger.warning(
+            "eval %s: the control actor of namespace %r is gone; a new one takes over",
+            self.run_id,
+            self.namespace,
+        )
+        self._handle, self._created = _actor(self.namespace, True)
+        if self._opened_here:
+            await self._handle.open.remote(self.run_id, self._total)
 
     async def state(self) -> RunState:
-        await self._opened()
-        return RunState(self._known(await self._handle.state.remote(self.run_id)))
+        return RunState(self._known(await self._call("state")))
 
     async def set_state(self, state: RunState) -> RunState:
         value = RunState(state).value
-        await self._opened()
-        return RunState(self._known(await self._handle.set_state.remote(self.run_id, value)))
+        return RunState(self._known(await self._call("set_state", value)))
 
     async def wait_changed(self, timeout: float) -> None:
-        await self._opened()
-        await self._handle.wait_changed.remote(self.run_id, timeout)
+        await self._call("wait_changed", timeout)
 
     async def publish(self, progress: EvalProgress) -> None:
         data = dataclasses.asdict(progress)
         data["state"] = progress.state.value
-        await self._opened()
-        await self._handle.publish.remote(self.run_id, data)
+        await self._call("publish", data)
 
     async def status(self) -> dict[str, Any]:
         """The state and the latest progress the driver published."""
-        await self._opened()
-        result: dict[str, Any] = self._known(await self._handle.status.remote(self.run_id))
+        result: dict[str, Any] = self._known(await self._call("status"))
         return result
 
     async def close(self) -> None:
         """End the run: its driver is gone (interrupted or failed). The actor
         forgets it (``status`` raises ``ValueError``, as for a run it never knew)
         until the run ID is opened again."""
-        await self._opened()
-        await self._handle.close.remote(self.run_id)
+        await self._call("close")

@@ -19,6 +19,7 @@ from dex_agents_ray.evals import (
     CaseStatus,
     EvalCase,
     EvalControl,
+    EvalProgress,
     EvalRunStatus,
     RunState,
     eval_run_status,
@@ -166,6 +167,34 @@ async def test_every_run_of_a_namespace_shares_one_control_actor(
         a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace
     ]
     assert ours == [{"name": "dexeval", "namespace": namespace}]  # no process per run
+
+
+async def test_a_control_actor_that_dies_is_replaced_and_the_run_opened_again(
+    ray_session: None, namespace: str
+) -> None:
+    """The actor goes with its node (a node fault): the driver's handle makes a new
+    one under the same name and opens its run there; what the old one held is gone."""
+    control = EvalControl("r1", namespace=namespace)
+    await control.open(7)
+    await control.set_state(RunState.PAUSED)
+    ray.kill(ray.get_actor("dexeval", namespace=namespace), no_restart=True)
+
+    assert await control.status() == {"total": 7, "state": "running"}
+    progress = EvalProgress(
+        total=7,
+        done=1,
+        failed=0,
+        needs_person=0,
+        running=1,
+        steps=2,
+        input_tokens=0,
+        output_tokens=0,
+        elapsed_s=1.0,
+        state=RunState.RUNNING,
+    )
+    await control.publish(progress)
+    other = EvalControl("r1", namespace=namespace, create=False)
+    assert (await other.status())["done"] == 1
 
 
 async def test_an_interrupted_driver_writes_its_rows_and_closes_its_run(

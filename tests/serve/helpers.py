@@ -71,3 +71,32 @@ async def chromium() -> AsyncIterator[Any]:
 async def new_page(browser: Any) -> Any:
     context = await browser.new_context(viewport={"width": 1360, "height": 900})
     return await context.new_page()
+
+
+async def shown(locator: Any, sessions: Any = None, session_id: str | None = None) -> None:
+    """Wait for ``locator`` to show; on a timeout, fail with what the page and the
+    session held then (the page's stream stats, its action result and transcript,
+    and the stored snapshot), so that a failure in a long run says where it stopped."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        await locator.wait_for()
+    except PlaywrightTimeout as error:
+        page = locator.page
+        stats = await page.evaluate("window.inspectorStats || null")
+        result = await page.locator("#action-result").all_inner_texts()
+        transcript = await page.locator("#transcript").all_inner_texts()
+        stored = None
+        if sessions is not None and session_id is not None:
+            snapshot = await sessions.get_agent_snapshot(session_id)
+            stored = {
+                "state": snapshot.state,
+                "pending": [i.interrupt_id for i in snapshot.pending_interrupts],
+                "messages": [
+                    (m.role, (m.text or m.tool_output or "")[:80]) for m in snapshot.messages
+                ],
+            }
+        raise AssertionError(
+            f"{locator} did not show: {error}\npage stats: {stats}\naction result: {result}\n"
+            f"transcript: {transcript}\nstored: {stored}"
+        ) from error

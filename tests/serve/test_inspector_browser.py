@@ -13,7 +13,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from dex_agents_ray.serve import build_inspector_app
-from tests.serve.helpers import SCREENSHOTS, chromium, new_page, serving
+from tests.serve.helpers import SCREENSHOTS, chromium, new_page, serving, shown
 from tests.serve.sessions import SCRIPT_TEXT, TOKEN, start_example_sessions
 from tests.session.polling import eventually, has_interrupt, snapshot_when, turn_done
 
@@ -135,9 +135,19 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
         assert SCRIPT_TEXT in await user.inner_text()
         card = page.locator(".card.question-card")
         await card.locator("input.free-text").fill(SCRIPT_TEXT)
+        # A refresh (any event brings one) keeps the card: the typed answer and its focus stay.
+        refreshes = await page.evaluate("window.inspectorStats.snapshots")
+        await page.evaluate("scheduleRefresh()")
+        await eventually(
+            lambda: page.evaluate("window.inspectorStats.snapshots"),
+            lambda count: count > refreshes,
+            description="the page's refresh",
+        )
+        assert await card.locator("input.free-text").input_value() == SCRIPT_TEXT
+        assert await page.evaluate("document.activeElement.classList.contains('free-text')")
         await card.locator("button.answer").click()
         output = page.locator("li.message.tool", has_text="<script>")
-        await output.wait_for()
+        await shown(output, sessions, "xss")
         # The answer is inside the tool's JSON output (its quotes escaped).
         assert SCRIPT_TEXT.split('"')[0] in await output.inner_text()
         await page.locator("li.message.assistant", has_text="I need an order ID").wait_for()
@@ -163,8 +173,11 @@ async def test_questions_script_text_tokens_and_cross_site_posts(engine_factory:
         await page.locator("#stop").click()
         await card.wait_for(state="detached")
         await page.locator("#stop:disabled").wait_for()
-        stats = await page.evaluate("window.inspectorStats")
-        assert "turn_cancelled" in stats["types"], stats
+        await eventually(
+            lambda: page.evaluate("window.inspectorStats"),
+            lambda stats: "turn_cancelled" in stats["types"],
+            description="turn_cancelled on the page's stream",
+        )
 
         # Send queues a message that starts the next turn; its answer streams in.
         await page.fill("#message", "Hello from the page: where is order A8?")

@@ -269,12 +269,24 @@ function questionCard(i) {
   return el("div", { class: "card question-card", dataset: { interrupt: i.interrupt_id } }, parts);
 }
 
+// A card stays while its interrupt is pending: a refresh (any event brings one) must
+// not throw away an answer or a note being typed, nor the focus of its box.
 function renderPending() {
   const pending = snapshot.pending_interrupts || [];
-  replace(
-    document.getElementById("pending"),
-    pending.map((i) => (i.kind === "question" ? questionCard(i) : approvalCard(i))),
-  );
+  const box = document.getElementById("pending");
+  const keyOf = (i) => `${i.turn_id}|${i.interrupt_id}`;
+  const shown = new Map([...box.children].map((card) => [card.dataset.key, card]));
+  const keys = pending.map(keyOf);
+  if (keys.length !== shown.size || keys.some((key, n) => box.children[n].dataset.key !== key)) {
+    replace(
+      box,
+      pending.map((i) => {
+        const card = shown.get(keyOf(i)) || (i.kind === "question" ? questionCard(i) : approvalCard(i));
+        card.dataset.key = keyOf(i);
+        return card;
+      }),
+    );
+  }
   document.getElementById("no-pending").hidden = pending.length > 0;
 }
 

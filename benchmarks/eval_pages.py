@@ -29,12 +29,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-_REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_REPO))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(_REPO), os.environ.get("PYTHONPATH", "")) if p
-)
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.peers.ray_env import use_repository  # noqa: E402
+
+use_repository()
 
 from dex_agents_ray import AgentSessionFlow, ToolEffect  # noqa: E402
 from dex_agents_ray.builtin_loop import (  # noqa: E402

@@ -8,6 +8,8 @@ session (``workload.py``).
 C [N]`` prints one JSON line, and ``run.run_job(...)`` does it in a fresh subprocess
 for another benchmark. DBOS, LangGraph and Restate need the ``bench`` extra;
 Restate also needs its server binary (``scripts/install-restate``).
+``ray_env.use_repository()`` readies a benchmark run as a file for Ray: the
+repository on the driver's and the workers' import paths, Ray's token auth off.
 
 This package imports nothing at import time, so ``python -m benchmarks.peers.run``
 loads ``run`` once.

@@ -13,7 +13,7 @@ kept in memory for the report. Cases given as any other iterable (a generator,
 the running ones (``_stream``); with ``out``, a streamed run keeps no row in
 memory: each is written to ``results.jsonl`` as it finishes, the summary is
 gathered as rows come (``Tally``), and the report reads its rows back from the
-file. The driver's memory then grows by about 130 bytes per case (its ID, for
+file (``_rows``). The driver's memory then grows by about 130 bytes per case (its ID, for
 the duplicate check, and where its row is).
 
 A driver that is interrupted (its task cancelled: Ctrl-C, ``SIGTERM`` in
@@ -47,24 +47,11 @@ from dex_agents_ray.evals._driver import (
 )
 from dex_agents_ray.evals._limits import EVAL_RUN_MODEL_LIMIT, EvalModelLimiter, ModelRateLimit
 from dex_agents_ray.evals._policies import InterruptPolicy
-from dex_agents_ray.evals._results import (
-    CaseResult,
-    CaseStatus,
-    EvalReport,
-    ResultsFileRows,
-    ResultsWriter,
-    Tally,
-    load_parquet,
-    read_results,
-)
-from dex_agents_ray.evals._runs import (
-    CasesLog,
-    EvalRunRecord,
-    finish_run_record,
-    write_run_record,
-)
+from dex_agents_ray.evals._results import CaseResult, CaseStatus, EvalReport, ResultsWriter
+from dex_agents_ray.evals._rows import PUBLISH_SECONDS, RunRows
+from dex_agents_ray.evals._runs import CasesLog, write_run_record
 from dex_agents_ray.evals._scorers import EvalSample, Score, Scorer, ScorerLike, as_scorer
-from dex_agents_ray.evals._stream import CaseList, CaseStream, RowOffsets, final_row_offsets
+from dex_agents_ray.evals._stream import CaseList, CaseStream
 from dex_agents_ray.session import (
     SPEND_LIMIT_REFUSED_PREFIX,
     AgentSessionClient,
@@ -79,11 +66,6 @@ logger = logging.getLogger("dex_agents_ray.evals")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_CONCURRENCY = 16
-CASES_LOG_BATCH = 1000
-"""A streamed run's cases read but not yet in ``cases.jsonl`` that start a write."""
-PUBLISH_SECONDS = 0.5
-"""At most this often the driver rewrites ``summary.json`` and publishes its progress
-(both also at the end of a run)."""
 DEFAULT_NAMESPACE = "dex-agents-ray"
 """The engine's default Ray namespace (``FlowEngine.start``'s), where the run's actors live."""
 
@@ -195,21 +177,9 @@ class _Run:
         self.concurrency = concurrency
         self.max_failures = max_failures
         self.max_spend_tokens = max_spend_tokens
-        self.writer = writer
         self.progress = progress
-        self.rows: dict[str, CaseResult] = {}
-        """The rows kept in memory (every run but a streamed one with ``out``)."""
-        self.on_disk = isinstance(source, CaseStream) and writer is not None
-        """A streamed run with ``out``: rows live in ``results.jsonl`` only."""
-        self.tally = Tally()
-        """The summary's figures of the rows so far (kept when ``on_disk``)."""
-        self.offsets = RowOffsets()
-        """Where each case's row begins in ``results.jsonl`` (when ``on_disk``)."""
-        self.prior: dict[str, int] = {}
-        """Cases an earlier call scored: where their rows are (when ``on_disk``)."""
-        self.record: EvalRunRecord | None = None
-        self.cases_log: CasesLog | None = None
-        """``cases.jsonl`` of a streamed run, appended as cases are read."""
+        self.rows = RunRows(run_id, source, writer)
+        """The rows, their totals and their files."""
         self.source_error: Exception | None = None
         """What reading the stream raised (``run_eval`` raises it at the end)."""
         self.running = 0
@@ -220,20 +190,22 @@ class _Run:
         self.control: EvalControl | None = None
         self.ceiling: RaySpendLimit | None = None
         self.state = RunState.RUNNING
-        self.stopped: str | None = None
-        self.totals = dict.fromkeys(
-            ("done", "failed", "needs_person", "steps", "input_tokens", "output_tokens"), 0
-        )
         self.driving: set[asyncio.Task[None]] = set()
         """The tasks of the cases being driven (``abandon`` cancels them)."""
         self.watcher: asyncio.Task[None] | None = None
         """The task following the run's state (``_watch``)."""
         self._state_changed = asyncio.Event()
-        self._unwritten: list[CaseResult] = []
-        self._flusher: asyncio.Task[None] | None = None
         self._publisher: asyncio.Task[None] | None = None
-        self._parquet: asyncio.Task[bool] | None = None
-        self._published = self._summarized = -PUBLISH_SECONDS
+        self._published = -PUBLISH_SECONDS
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the run stopped before its end (``None``: it did not)."""
+        return self.rows.stopped
+
+    @stopped.setter
+    def stopped(self, reason: str | None) -> None:
+        self.rows.stopped = reason
 
     def sessions_for(self, flow: AgentSessionFlow) -> AgentSessionClient:
         flow_type = flow.get_flow_type()
@@ -247,63 +219,6 @@ class _Run:
 
     # -- progress ----------------------------------------------------------------
 
-    def _count(self, row: CaseResult, sign: int) -> None:
-        totals = self.totals
-        totals["done"] += sign * (row.status in (CaseStatus.SCORED, CaseStatus.FAILED))
-        totals["failed"] += sign * (row.status is CaseStatus.FAILED)
-        totals["needs_person"] += sign * (row.status is CaseStatus.NEEDS_PERSON)
-        totals["steps"] += sign * (row.model_calls + row.tool_calls)
-        totals["input_tokens"] += sign * row.input_tokens
-        totals["output_tokens"] += sign * row.output_tokens
-
-    def keep(self, row: CaseResult) -> None:
-        """Make ``row`` the case's row (the totals follow)."""
-        if self.on_disk:  # a streamed case finishes once per run: nothing to replace
-            self.tally.add(row)
-            self._count(row, 1)
-            return
-        old = self.rows.get(row.case_id)
-        if old is not None:
-            self._count(old, -1)
-        self.rows[row.case_id] = row
-        self._count(row, 1)
-
-    def read_earlier(self) -> None:
-        """What earlier calls of the run left in ``out`` (their scored cases are
-        skipped): the rows of a list's cases, or where a stream's scored rows are
-        (read a line at a time). Raises ``ValueError`` for rows of a newer release."""
-        if self.writer is None:
-            return
-        if isinstance(self.source, CaseList):
-            self.keep_scored(read_results(self.writer.path))
-        else:
-            self.prior = final_row_offsets(self.writer.path)
-
-    def keep_scored(self, previous: Mapping[str, CaseResult]) -> None:
-        """Keep the scored rows of an earlier run (a rerun skips those cases)."""
-        cases = self.source.cases if isinstance(self.source, CaseList) else ()
-        for case in cases:
-            row = previous.get(case.id)
-            if row is not None and row.status.final:
-                self.keep(row)
-
-    def admit(self, case: EvalCase) -> bool:
-        """A streamed case just read: note it, and whether it is to run (an earlier
-        call of the run may have scored it)."""
-        if self.cases_log is not None:
-            self.cases_log.append(case)
-            if len(self.cases_log.pending) >= CASES_LOG_BATCH:
-                self._start_flush()
-        if self.on_disk:
-            offset = self.prior.pop(case.id, None)
-            if offset is None:
-                return True
-            assert isinstance(self.source, CaseStream) and self.writer is not None
-            self.offsets.set(self.source.seen[case.id], offset)
-            self.keep(ResultsFileRows(self.writer.path, [offset])[0])
-            return False
-        return case.id not in self.rows
-
     def snapshot(self) -> EvalProgress:
         return EvalProgress(
             total=self.source.read,
@@ -311,40 +226,11 @@ class _Run:
             elapsed_s=time.monotonic() - self.started,
             state=self.state,
             total_known=self.source.ended,
-            **self.totals,
+            **self.rows.totals,
         )
-
-    def report(self) -> EvalReport:
-        results: Sequence[CaseResult]
-        if self.on_disk:
-            assert self.writer is not None
-            results = ResultsFileRows(self.writer.path, self.offsets.written())
-        else:
-            source = self.source
-            ids = (c.id for c in source.cases) if isinstance(source, CaseList) else source.seen
-            results = tuple(self.rows[i] for i in ids if i in self.rows)
-        return EvalReport(
-            run_id=self.run_id,
-            results=results,
-            out=None if self.writer is None else self.writer.out,
-            stopped=self.stopped,
-        )
-
-    def summary(self) -> dict[str, Any]:
-        """``summary.json``'s figures now (gathered as rows came, for a run on disk)."""
-        if self.on_disk:
-            return self.tally.summary(self.run_id, self.stopped)
-        return self.report().summary()
-
-    def _start_flush(self) -> None:
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
 
     def _finish(self, row: CaseResult) -> None:
-        self.keep(row)
-        if self.writer is not None:
-            self._unwritten.append(row)
-            self._start_flush()
+        self.rows.add(row)
         now = time.monotonic()
         if self.control is not None and now - self._published >= PUBLISH_SECONDS:
             self._published = now
@@ -360,69 +246,13 @@ class _Run:
         assert self.control is not None
         await self.control.publish(self.snapshot())
 
-    async def _flush(self) -> None:
-        """Write the rows that finished meanwhile: one write and fsync per batch, in a
-        thread (a row lost to a kill before its fsync only makes the rerun derive it
-        from the session again)."""
-        assert self.writer is not None
-        log = self.cases_log
-        while self._unwritten or (log is not None and log.pending):
-            if log is not None and log.pending:  # a row's case is written before it
-                lines, log.pending = log.pending, []
-                await asyncio.to_thread(log.write, lines)
-            batch, self._unwritten = self._unwritten, []
-            if not batch:
-                continue
-            offsets = await asyncio.to_thread(self.writer.append_many, batch)
-            if self.on_disk:
-                assert isinstance(self.source, CaseStream)
-                for row, offset in zip(batch, offsets, strict=True):
-                    self.offsets.set(self.source.seen[row.case_id], offset)
-            now = time.monotonic()
-            if now - self._summarized >= PUBLISH_SECONDS:
-                self._summarized = now
-                summary = self.summary()
-                await asyncio.to_thread(self.writer.write_summary, summary)
-
-    def prepare_files(self) -> None:
-        """Import what ``results.parquet`` needs, in a thread, while the run goes on
-        (about 0.5 s of CPU: pyarrow's first array imports pandas)."""
-        if self.writer is not None:
-            self._parquet = asyncio.create_task(asyncio.to_thread(load_parquet))
-
     async def finish(self) -> EvalReport:
         """The report, once its files are written; raises what reading the stream raised."""
-        report = self.report()
-        await self.write_files(report)
+        report = self.rows.report()
+        await self.rows.write_files(report)
         if self.source_error is not None:
             raise self.source_error
         return report
-
-    async def write_files(self, report: EvalReport) -> None:
-        """``summary.json`` and ``results.parquet`` at the end of the run, and the
-        number of cases in ``run.json`` once a stream was read to its end."""
-        if self.writer is None:
-            return
-        if self.on_disk:  # the rows are read back from the file: not in the loop
-            await asyncio.to_thread(self.writer.write_summary, report.summary())
-        else:
-            self.writer.write_summary(report.summary())
-        if self._parquet is not None:
-            await self._parquet
-        if self.on_disk:
-            await asyncio.to_thread(self.writer.write_parquet, report.results)
-        else:
-            self.writer.write_parquet(report.results)
-        if self.record is not None and not self.record.cases_known and self.source.ended:
-            finish_run_record(self.writer.out, self.record, self.source.read)
-
-    async def drain(self) -> None:
-        """Wait until every finished row is on disk."""
-        while self._flusher is not None and not self._flusher.done():
-            await self._flusher
-        if self._unwritten or (self.cases_log is not None and self.cases_log.pending):
-            self._flusher = asyncio.create_task(self._flush())
-            await self._flusher
 
     async def abandon(self) -> None:
         """The driver stops before the end (cancelled or failed): write the rows of the
@@ -430,9 +260,7 @@ class _Run:
         actor (its driver is gone; a rerun opens it again). Never raises.
 
         The running cases' tasks are cancelled (their sessions go on in their hosts,
-        and a rerun picks them up where they are). ``asyncio.wait``, not ``await``:
-        a process on its way out (``asyncio.run`` cancels every task) may have
-        cancelled the flusher too, whose rows the drain then writes."""
+        and a rerun picks them up where they are)."""
         if self.watcher is not None:
             self.watcher.cancel()
         driving = list(self.driving)
@@ -441,12 +269,7 @@ class _Run:
         try:
             if driving:
                 await asyncio.wait(driving)
-            if self._flusher is not None:
-                await asyncio.wait([self._flusher])
-            await self.drain()
-            if self.writer is not None:
-                summary = self.summary()
-                await asyncio.to_thread(self.writer.write_summary, summary)
+            await self.rows.write_rest()
         except Exception:
             logger.warning("eval %s: could not write the finished rows", self.run_id, exc_info=True)
         if self.control is not None:
@@ -541,7 +364,7 @@ class _Run:
         if self.state is RunState.CANCELLED:
             self.stopped = "cancelled"
             return True
-        failed = self.totals["failed"]
+        failed = self.rows.totals["failed"]
         if self.max_failures is not None and failed >= self.max_failures:
             self.stopped = f"max_failures ({self.max_failures}) reached"
             return True
@@ -598,7 +421,7 @@ class _Run:
                 self.source_error = error
                 self.stopped = f"reading the cases failed: {type(error).__name__}: {error}"
                 return None
-            if case is None or self.admit(case):
+            if case is None or self.rows.admit(case):
                 return case
 
     async def schedule(self, flow: AgentSessionFlow) -> None:
@@ -636,14 +459,14 @@ class _Run:
             running[case.id] = task
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-        self.prepare_files()  # as the last cases run and free the CPUs
+        self.rows.prepare_files()  # as the last cases run and free the CPUs
         try:
             if tasks:
                 await asyncio.gather(*tasks)
         finally:
             if watcher is not None:
                 watcher.cancel()
-        await self.drain()
+        await self.rows.drain()
         if self.control is not None:
             if self._publisher is not None:
                 await self._publisher  # the last word is the final progress
@@ -762,7 +585,7 @@ async def _drive(
 ) -> EvalReport:
     """Start the run's engine, drive its cases and finish it (or, interrupted or
     failed, leave it for a rerun)."""
-    run.read_earlier()
+    run.rows.read_earlier()
     engine = await _start(run, flow, model_limits, options, out)
     try:
         await run.schedule(run.flows[flow.get_flow_type()])
@@ -829,11 +652,11 @@ async def _start(
     namespace = options.namespace or DEFAULT_NAMESPACE
     if out is not None:  # the eval pages read the run's agent, cases and start from it
         listed = run.source.cases if isinstance(run.source, CaseList) else None
-        run.record = write_run_record(
+        run.rows.record = write_run_record(
             out, run_id=run.run_id, agent=flow.get_flow_type(), cases=listed
         )
         if listed is None:
-            run.cases_log = CasesLog(out)
+            run.rows.cases_log = CasesLog(out)
     limiter: EvalModelLimiter | None = None
     if run.max_spend_tokens is not None:
         ledger = (Path(out) if out is not None else Path(".dex-agents-ray")) / "spend.db"

@@ -25,7 +25,7 @@ from dex_agents_ray.evals import (
     eval_run_status,
     run_eval,
 )
-from dex_agents_ray.testing import FileGate, InvocationLog
+from dex_agents_ray.testing import FileGate, InvocationLog, wait_until
 from tests.evals.agents import eval_flow
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -179,6 +179,12 @@ async def test_a_control_actor_that_dies_is_replaced_and_the_run_opened_again(
     await control.set_state(RunState.PAUSED)
     ray.kill(ray.get_actor("dexeval", namespace=namespace), no_restart=True)
 
+    def dead() -> bool:  # ``ray.kill`` only asks: the old actor may answer one more call
+        return not any(
+            a["namespace"] == namespace for a in ray.util.list_named_actors(all_namespaces=True)
+        )
+
+    await wait_until("the control actor is dead", dead)
     assert await control.status() == {"total": 7, "state": "running"}
     progress = EvalProgress(
         total=7,

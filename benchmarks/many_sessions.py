@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -35,12 +34,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-_REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_REPO))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(_REPO), os.environ.get("PYTHONPATH", "")) if p
-)
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.peers.ray_env import use_repository  # noqa: E402
+
+use_repository()
 
 REAL_SESSIONS = 5
 APPROVALS = 100

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import random
 import sys
 import tempfile
@@ -30,12 +29,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-_REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_REPO))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(_REPO), os.environ.get("PYTHONPATH", "")) if p
-)
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.peers.ray_env import use_repository  # noqa: E402
+
+use_repository()
 
 T = TypeVar("T")
 

@@ -48,6 +48,13 @@ async def _events_through(
 async def test_a_turn_end_committed_before_a_host_kill_stays_in_the_stream(
     engine_factory: Any, state_dir: Path
 ) -> None:
+    await check_turn_end_survives_a_host_kill(engine_factory, state_dir)
+
+
+async def check_turn_end_survives_a_host_kill(
+    engine_factory: Any, state_dir: Path, **engine_options: Any
+) -> None:
+    """The test above on the store ``engine_options`` name (SQLite by default)."""
     options = AgentSessionOptions(
         tool_policies={"refund": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE)}
     )
@@ -58,7 +65,7 @@ async def test_a_turn_end_committed_before_a_host_kill_stays_in_the_stream(
         "refund": [Reply(calls=[Call("c1", "refund")]), Reply()],
     }
     flow = build_flow(state_dir, script, options=options)
-    engine = await engine_factory([flow])
+    engine = await engine_factory([flow], **engine_options)
     sessions = AgentSessionClient(engine.client, flow)
     await sessions.start_session("end-kill", "go")
     await snapshot_when(sessions, "end-kill", turn_done(1), timeout=120)

@@ -16,6 +16,13 @@ GATE_BEFORE_ACK_ENV = "DEX_AGENTS_RAY_GATE_BEFORE_ACK"
 before it acknowledges its start (tests kill the process that runs it there, to
 check that an attempt that never started is ``NOT_STARTED``)."""
 
+GATE_BEFORE_STREAM_APPEND_ENV = "DEX_AGENTS_RAY_GATE_BEFORE_STREAM_APPEND"
+"""``<state_dir>:<gate name>`` makes a host's Stream writes that are appended
+alone (no commit took them) wait at that gate before they reach the store: a
+slow append, as a store's retry or a busy connection pool makes one. Tests kill
+the host there, to check that a committed Step's writes never wait behind its
+commit. Read at every such append, so a process may set it for itself."""
+
 _POLL_SECONDS = 0.01
 
 
@@ -31,8 +38,22 @@ def gate_before_ack_spec() -> tuple[str, str] | None:
 def wait_at_gate_before_ack() -> None:
     """Block at the configured gate until it is released (no-op when unset)."""
     spec = gate_before_ack_spec()
-    if spec is None:
-        return
+    if spec is not None:
+        wait_at_gate(spec)
+
+
+def gate_before_stream_append_spec() -> tuple[str, str] | None:
+    """The gate this process's Stream appends alone wait at, if one is set."""
+    spec = os.environ.get(GATE_BEFORE_STREAM_APPEND_ENV)
+    if not spec:
+        return None
+    state_dir, name = spec.rsplit(":", 1)
+    return state_dir, name
+
+
+def wait_at_gate(spec: tuple[str, str]) -> None:
+    """Log this process as having reached the gate ``spec`` (``(state_dir,
+    name)``) and block until it is released."""
     state_dir, name = Path(spec[0]), spec[1]
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(state_dir / f"{name}.reached", "a", encoding="utf-8") as file:

@@ -110,8 +110,10 @@ def clean_record() -> CampaignRecord:
             _event(AgentEventType.INTERRUPT_RESOLVED, interrupt_id="p1"),
             _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="p1", status="succeeded"),
             _event(AgentEventType.TOOL_CALL_FINISHED, tool_call_id="l1", status="succeeded"),
+            replace(_event(AgentEventType.TURN_COMPLETED), step_execution_id="RunModel-1"),
         ],
         history=[_completed("RunModel-1"), _completed("CallSingleAttemptTool-1")],
+        turn_count=1,
         answered_after=True,
     )
     return CampaignRecord(
@@ -191,6 +193,30 @@ def test_a_failed_wait_for_does_not_make_the_execute_attempt_uncommitted() -> No
     assert _invariants(failed) == ["4 one result"]
     assert uncommitted_results(record_with("execute")) == [
         f"{SID}: turn-1/p1 succeeded from failed attempt PollToolTask-2#1"
+    ]
+
+
+def test_a_turn_end_of_a_failed_attempt_and_a_running_turn_are_no_violation() -> None:
+    # RunModel-1's attempt 1 ended the turn in the stream, then its host died
+    # before the result committed; attempt 2 ended it again and committed.
+    record = clean_record()
+    session = record.sessions[SID]
+    early = replace(_event(AgentEventType.TURN_COMPLETED), step_execution_id="RunModel-1")
+    session.events.insert(0, early)
+
+    assert _invariants(check_invariants(record)) == ["turn end event"]
+
+    failed = replace(_completed("RunModel-1"), event_type="attempt_failed", detail={"attempt": 1})
+    session.history.append(failed)
+    session.events[-1] = replace(session.events[-1], attempt=2)
+
+    assert check_invariants(record) == []
+    # A second turn still running has no end event yet.
+    session.turn_count, session.active_turn_id = 2, "turn-2"
+    assert check_invariants(record) == []
+    session.active_turn_id = None
+    assert [str(v) for v in check_invariants(record)] == [
+        f"turn end event [{SID}]: turn-2 ended, but the stream has no end event for it"
     ]
 
 
@@ -274,6 +300,16 @@ def _approved_but_rejected(record: CampaignRecord) -> None:
     record.sessions[SID].first_final[("turn-1", "p1")] = rejected
 
 
+def _lost_turn_end(record: CampaignRecord) -> None:
+    session = record.sessions[SID]
+    session.events = [e for e in session.events if e.type is not AgentEventType.TURN_COMPLETED]
+
+
+def _doubled_turn_end(record: CampaignRecord) -> None:
+    failed = replace(_event(AgentEventType.TURN_FAILED, error="x"), step_execution_id="RunModel-1")
+    record.sessions[SID].events.append(failed)
+
+
 def _double_commit(record: CampaignRecord) -> None:
     record.sessions[SID].history.append(_completed("CallSingleAttemptTool-1"))
 
@@ -306,6 +342,8 @@ BROKEN = {
     "ran, never deferred": (_never_deferred, "4 one result"),
     "final record changed": (_final_record_changed, "4 final record changed"),
     "double commit": (_double_commit, "5 one commit per step"),
+    "lost turn end": (_lost_turn_end, "turn end event"),
+    "doubled turn end": (_doubled_turn_end, "turn end event"),
     "gone after": (_gone, "6 comes back"),
     "stuck": (_stuck, "stuck"),
     "store error": (_store_error, "caller error"),

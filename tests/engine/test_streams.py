@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from dex.dexpb import dex_pb2 as pb
 
@@ -98,6 +99,80 @@ async def test_a_busy_runs_write_is_appended_alone_after_the_busy_linger(
         streams.write("a", "events", "#X-1", _write("streamed"))
         assert _texts(await poll) == ["streamed"]
         assert _texts(await store.streams.read_stream("a", "events", 0, 10)) == ["streamed"]
+        streams.close()
+
+
+async def test_a_committing_runs_writes_wait_for_its_commit_past_every_linger(
+    tmp_path: Path,
+) -> None:
+    """A Step's result on its way to its commit (a loaded host): its writes are
+    not appended alone, however late the commit comes, so they ride in it."""
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        committing = True
+        streams = StreamBuffer(
+            store.streams,
+            linger=0.001,
+            busy=lambda _: True,
+            busy_linger=0.001,
+            committing=lambda _: committing,
+        )
+        checks: list[asyncio.Future[None]] = []
+        due = streams._due
+
+        def counted(flow_id: str) -> None:
+            due(flow_id)
+            if checks and not checks[0].done():
+                checks[0].set_result(None)
+
+        streams._due = counted  # type: ignore[method-assign]
+        streams.write("a", "events", "#X-1", _write("end"))
+        for _ in range(3):  # past the linger and the busy linger, still queued
+            checks[:] = [asyncio.get_running_loop().create_future()]
+            await checks[0]
+        assert streams._pending["a"] and "a" not in streams._appending
+        assert _texts(streams.take("a")) == ["end"]
+        # Once nothing commits, the linger decides again.
+        committing = False
+        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+        await asyncio.sleep(0)
+        streams.write("a", "events", "#X-1", _write("alone"))
+        assert _texts(await poll) == ["alone"]
+        streams.close()
+
+
+class _HeldAppends:
+    """A Stream store whose appends wait until ``release`` is set."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def append_streams(self, flow_id: str, appends: Any) -> list[int]:
+        self.started.set()
+        await self.release.wait()
+        return list(await self._inner.append_streams(flow_id, appends))
+
+
+async def test_appended_waits_for_the_runs_append_in_flight(tmp_path: Path) -> None:
+    """A commit asks first (``RunDriver`` before every store commit): the run's
+    earlier writes on their way alone land before it."""
+    async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
+        held = _HeldAppends(store.streams)
+        streams = StreamBuffer(held, linger=0.001)
+        assert (await asyncio.wait_for(streams.appended("a"), 5)) is None  # none in flight
+        streams.write("a", "events", "#X-1", _write("delta"))
+        await held.started.wait()
+        waiting = asyncio.ensure_future(streams.appended("a"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        held.release.set()
+        await asyncio.wait_for(waiting, 30)
+        assert _texts(await store.streams.read_stream("a", "events", 0, 10)) == ["delta"]
         streams.close()
 
 

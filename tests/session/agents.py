@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from dex_agents_ray import (
     TurnContinued,
     describe_tool_call_outcome,
 )
+from dex_agents_ray.engine._faults import GATE_BEFORE_STREAM_APPEND_ENV
 from dex_agents_ray.media import AgentImageReference
 from dex_agents_ray.testing import FileGate, InvocationLog
 
@@ -65,6 +67,12 @@ class Reply:
     """Wait at gate ``model-<name>`` (logged as reached) before replying."""
     pad_answer_bytes: int = 0
     """Pad the final answer's stored item with this many bytes (not streamed)."""
+    append_gate: str | None = None
+    """After the final answer's text delta, make this process's Stream appends
+    alone wait at gate ``<name>`` (``GATE_BEFORE_STREAM_APPEND_ENV``)."""
+    block_loop_seconds: float = 0.0
+    """Then hold the host's event loop this long before replying (a loaded host:
+    the writes queued so far outlive their linger)."""
 
 
 def user_message(text: str) -> FrameworkMessage:
@@ -142,6 +150,10 @@ class ScriptedRunner:
         records = list(turn.tool_calls.values())
         text = answer_text(records)
         turn.events.write_text_delta(text)
+        if reply.append_gate is not None:
+            os.environ[GATE_BEFORE_STREAM_APPEND_ENV] = f"{self.state_dir}:{reply.append_gate}"
+        if reply.block_loop_seconds:
+            time.sleep(reply.block_loop_seconds)  # noqa: ASYNC251 - the loop is meant to stall
         item = {"answer": text}
         if reply.pad_answer_bytes:
             item["pad"] = "p" * reply.pad_answer_bytes

@@ -1,4 +1,5 @@
-"""The engine on PostgreSQL: a fan-out flow, and a host killed mid-Step."""
+"""The engine on PostgreSQL: a fan-out flow, a host killed mid-Step, and a
+session's turn end committed just before a host kill."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dex_agents_ray.engine import PostgresStoreConfig
 from dex_agents_ray.testing import FileGate, InvocationLog, kill_flow_actor
 from tests.engine.flows import FanFlow, FanInput
 from tests.engine.flows_crash import CrashFlow, Job
+from tests.session.test_turn_end_crashes import check_turn_end_survives_a_host_kill
 
 
 async def test_fan_out_and_collect_on_a_postgresql_uri(
@@ -49,3 +51,9 @@ async def test_a_host_killed_mid_step_recovers_from_postgresql(
     failed = [h for h in history if h.step_execution_id == "Work-1" and h.event == "attempt_failed"]
     assert [f.detail["error_type"] for f in failed] == ["HostDiedError"]
     assert failed[0].detail["started"] is True
+
+
+async def test_a_turn_end_committed_before_a_host_kill_stays_in_the_stream(
+    engine_factory: Any, postgres_dsn: str, state_dir: Path
+) -> None:
+    await check_turn_end_survives_a_host_kill(engine_factory, state_dir, store=postgres_dsn)

@@ -47,7 +47,10 @@ class ResidentRuns:
         self._actor_id = actor_id
         self._suffix = suffix
         self.streams = StreamBuffer(
-            store.streams, busy=self.busy, batch_window=config.stream_batch_window
+            store.streams,
+            busy=self.busy,
+            batch_window=config.stream_batch_window,
+            committing=self.committing,
         )
         """The Stream writes of these runs on their way to the store, and long polls."""
         self.exiting = False
@@ -73,6 +76,11 @@ class ResidentRuns:
         """Whether ``flow_id`` runs here and is about to do more on its own."""
         driver = self._drivers.get(flow_id)
         return driver is not None and driver.busy
+
+    def committing(self, flow_id: str) -> bool:
+        """Whether a commit of ``flow_id`` here will take its queued Stream writes."""
+        driver = self._drivers.get(flow_id)
+        return driver is not None and not driver.stale and driver.committing
 
     def items(self) -> list[tuple[str, RunDriver]]:
         """Every run in memory with its driver (a copy: safe while they change)."""

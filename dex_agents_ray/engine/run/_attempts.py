@@ -93,6 +93,8 @@ class Live:
     """A remote attempt's start acknowledgement; its timeouts count from it."""
     dispatch: int | None = None
     """The number a pooled executor knows this attempt's call by (see ``_DISPATCHES``)."""
+    outcome: asyncio.Future[Any] | None = None
+    """The attempt's result; done once it finished, before the watch sees it."""
 
 
 _DISPATCHES = itertools.count(1)
@@ -186,6 +188,11 @@ class Attempts(Protocol):
         """Whether an attempt is running."""
         ...
 
+    @property
+    def finishing(self) -> bool:
+        """Whether an attempt has finished that its driver has not taken yet."""
+        ...
+
     async def ack_remote_start(self, exec_id: str, attempt: int) -> bool: ...
 
     async def ack_dispatches(self, calls: list[tuple[str, int]]) -> list[bool]: ...
@@ -224,6 +231,10 @@ class AttemptRunner:
     @property
     def running(self) -> bool:
         return bool(self._live)
+
+    @property
+    def finishing(self) -> bool:
+        return any(live.outcome is not None and live.outcome.done() for live in self._live.values())
 
     def kill(self, exec_id: str) -> None:
         live = self._live.pop(exec_id, None)
@@ -297,6 +308,7 @@ class AttemptRunner:
         ``StepExecutor`` in ``engine/actors/_executor.py``).
         """
         future, live, decode = self._start_attempt(record, attempt, method, options, early_start)
+        live.outcome = future
         exec_id = record.exec_id
         self._live[exec_id] = live
         raw_timeout = (

@@ -213,6 +213,20 @@ class RunDriver:
             record.status is ExecStatus.READY for record in self.state.execs.values()
         )
 
+    @property
+    def committing(self) -> bool:
+        """Whether a commit will take the run's queued Stream writes: an attempt
+        has finished and its result is on its way to its commit, a commit is in
+        progress, or a deferred commit is held or being written. Its Stream
+        writes are then not appended alone (see ``_streams``): a Step's writes
+        ride in its own result commit, never behind it."""
+        return (
+            bool(self._finished)
+            or self.commit_lock.locked()
+            or self.writing
+            or self.attempts.finishing
+        )
+
     def _notify(self) -> None:
         self.touch()
         self.streams.stir(self.flow_id)
@@ -339,6 +353,8 @@ class RunDriver:
         ``applied``: memory already holds ``built`` (a deferred commit), so any
         failure, not only the store's own, has the host reload the run."""
         try:
+            # The run's earlier writes on their way alone land first.
+            await self.streams.appended(self.flow_id)
             return await self.store.commit(built, replace_run=replace_run)
         except StaleEpochError:
             self.stale = True

@@ -11,9 +11,19 @@ loaded host's Step result often commits more than ``linger`` after the Step's
 last write, and on ``benchmarks/agent_loop.py``'s shared hosts at 150 sessions
 about two writes a turn were then appended in transactions of their own.
 Streams are best effort in Dex: a write that the store refuses is logged and
-dropped, as before. Writes of one run keep their order: the ones a commit
-takes were queued after every write already on its way to the store, and both
-go through the store's group transactions in order.
+dropped, as before.
+
+A committed Step's writes are never left behind its commit. While the run is
+*committing* (an attempt's result is on its way to its commit, a commit or a
+deferred commit's write is in flight; ``RunDriver.committing``) nothing of it
+is appended alone, whatever the linger: the commit takes the writes queued
+before it, so a loaded host whose commit comes late cannot leave a turn's last
+events in an append that a host kill loses after the turn's end is durable.
+Only the writes of a running attempt are appended alone (a model's streamed
+text), and those of an attempt that never commits. Writes of one run keep
+their order: the ones a commit takes were queued after every write already on
+its way to the store, and the commit waits for that append to land first
+(``appended``; the stores' connections need not keep two transactions in order).
 
 The buffer also keeps the newest records each run's Stream got through it (a
 short tail, once durable), so that a long poll answers with the records
@@ -34,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dex.dexpb import dex_pb2 as pb
 
 from dex_agents_ray.engine import _clock as clock
+from dex_agents_ray.engine._faults import gate_before_stream_append_spec, wait_at_gate
 from dex_agents_ray.engine.store._records import StreamAppend, StreamRecord
 from dex_agents_ray.engine.store._store import StreamStore
 
@@ -64,11 +75,13 @@ class StreamBuffer:
         busy: Callable[[str], bool] | None = None,
         batch_window: float = STREAM_BATCH_WINDOW_SECONDS,
         busy_linger: float = STREAM_BUSY_LINGER_SECONDS,
+        committing: Callable[[str], bool] | None = None,
     ) -> None:
         self._store = store
         self._linger = linger
         self._busy_linger = max(linger, busy_linger)
         self._busy = busy
+        self._committing = committing
         self._batch_window = batch_window
         self._stirred: dict[str, asyncio.Future[None]] = {}
         self._pending: dict[str, list[StreamAppend]] = {}
@@ -106,18 +119,30 @@ class StreamBuffer:
         """The linger of ``flow_id``'s oldest queued write is over: append what no
         commit took (a busy run's writes wait longer for its commit), after any
         append of the run still on its way (one at a time per run keeps the run's
-        writes in order)."""
+        writes in order). Nothing is appended alone while the run is committing
+        (see ``committing``): that commit, or the next, carries the writes."""
         del self._timers[flow_id]
         if flow_id not in self._pending:
             return  # a commit took them (almost always)
         loop = asyncio.get_running_loop()
         waited = loop.time() - self._queued_at[flow_id]
         busy = self._busy is not None and self._busy(flow_id)
-        if flow_id in self._appending or (busy and waited < self._busy_linger):
+        if (
+            flow_id in self._appending
+            or (busy and waited < self._busy_linger)
+            or (self._committing is not None and self._committing(flow_id))
+        ):
             self._timers[flow_id] = loop.call_later(self._linger, self._due, flow_id)
             return
         batch = self.take(flow_id)
         self._appending[flow_id] = loop.create_task(self._append_alone(flow_id, batch))
+
+    async def appended(self, flow_id: str) -> None:
+        """Wait until the append of ``flow_id``'s writes that is on its way to the
+        store alone, if any, has landed (or failed: streams are best effort)."""
+        task = self._appending.get(flow_id)
+        if task is not None:
+            await asyncio.wait([task])
 
     def written(
         self, flow_id: str, appends: Sequence[StreamAppend], offsets: Sequence[int]
@@ -210,6 +235,9 @@ class StreamBuffer:
     async def _append_alone(self, flow_id: str, batch: list[StreamAppend]) -> None:
         offsets: list[int] = []
         try:
+            gate = gate_before_stream_append_spec()
+            if gate is not None:
+                await asyncio.to_thread(wait_at_gate, gate)
             offsets = await self._store.append_streams(flow_id, batch)
         except Exception:
             logger.exception(

@@ -463,11 +463,14 @@ class ChaosCampaign:
         for session in self._record.sessions.values():
             sid = session.session_id
             try:
-                await self._call(
+                snapshot = await self._call(
                     f"get_agent_snapshot {sid} (after)",
                     partial(client.get_agent_snapshot, sid),
                 )
                 session.answered_after = True
+                if snapshot.state is not None:
+                    session.turn_count = snapshot.state.turn_count
+                    session.active_turn_id = snapshot.state.active_turn_id
                 session.messages = await _all_messages(client, sid)
                 session.events = await _all_events(self.engine, self.flow, sid)
                 session.history = await self.engine.client.read_step_history(sid)

@@ -30,7 +30,17 @@ I4_RESULT = "4 one result"
 I4_FINAL = "4 final record changed"
 I5 = "5 one commit per step"
 I6 = "6 comes back"
+TURN_END = "turn end event"
 STUCK = "stuck"
+
+_END_EVENTS = frozenset(
+    {
+        AgentEventType.TURN_COMPLETED,
+        AgentEventType.TURN_FAILED,
+        AgentEventType.TURN_CANCELLED,
+        AgentEventType.TURN_STEERED,
+    }
+)
 CALLER = "caller error"
 
 
@@ -179,6 +189,30 @@ def _check_events(session: SessionRecord) -> Iterator[tuple[str, str]]:
     for (turn_id, iid), count in sorted(resolved.items()):
         if count > 1:
             yield I3_RESOLUTION, f"interrupt {turn_id}/{iid} was resolved {count} times"
+    yield from _check_turn_ends(session)
+
+
+def _check_turn_ends(session: SessionRecord) -> Iterator[tuple[str, str]]:
+    """Every turn the session's state ended has exactly one end event
+    (completed, failed, cancelled or steered) from an attempt that committed: a
+    client that waits for it would otherwise wait for ever, or see the turn end
+    twice. End events of attempts the history shows failed are left out (Streams
+    are best effort for attempts that never commit)."""
+    failed = failed_attempts(session)
+    ends = Counter(
+        e.turn_id
+        for e in session.events
+        if e.type in _END_EVENTS and (e.step_execution_id, e.attempt) not in failed
+    )
+    for number in range(1, session.turn_count + 1):
+        turn_id = f"turn-{number}"  # the session numbers its turns so
+        if turn_id == session.active_turn_id:
+            continue
+        count = ends[turn_id]
+        if count == 0:
+            yield TURN_END, f"{turn_id} ended, but the stream has no end event for it"
+        elif count > 1:
+            yield TURN_END, f"{turn_id} has {count} end events"
 
 
 def repeated_events(record: CampaignRecord) -> list[str]:

@@ -113,6 +113,10 @@ class SessionRecord:
     """The ``AgentEvents`` stream, oldest first: ``tool_call_deferred`` names every
     tool call and its effect, ``tool_call_finished`` its one result."""
     history: list[StepHistoryEntry] = field(default_factory=list)
+    turn_count: int = 0
+    """The turns the session's state counts after the campaign (ended or not)."""
+    active_turn_id: str | None = None
+    """The turn the session's state still runs after the campaign, if any."""
     stuck: str | None = None
     """Why the session did not finish its turns; ``None`` when it did."""
     answered_after: bool = False

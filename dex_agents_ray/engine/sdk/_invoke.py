@@ -500,23 +500,7 @@ class StepResult:
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
-    # A bound method is a new object on every attribute read: its function is the key.
-    function = getattr(handler, "__func__", handler)
-    try:
-        return _async_functions[function]
-    except (KeyError, TypeError):
-        pass
-    found = inspect.iscoroutinefunction(handler)
-    try:
-        if len(_async_functions) < 4096:
-            _async_functions[function] = found
-    except TypeError:  # an unhashable callable: tested every time
-        pass
-    return found
-
-
-_async_functions: dict[Any, bool] = {}
-"""Whether each Step handler's function is a coroutine function, found once."""
+    return inspect.iscoroutinefunction(handler)
 
 
 async def invoke_step(

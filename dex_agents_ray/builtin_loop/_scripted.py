@@ -9,6 +9,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from dex_agents_ray.builtin_loop._estimate import estimate_request_tokens, estimate_tokens_of_text
 from dex_agents_ray.builtin_loop._model import (
     JsonValue,
@@ -241,5 +243,12 @@ def _fingerprint(request: ModelRequest) -> str:
             parts.append(["tool", item.tool_call_id, item.output])
         else:
             parts.append(["model", item.provider, item.api, item.item])
-    encoded = json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        # The same bytes as the ``json.dumps`` below for strings, lists and ``None``
+        # (``orjson`` escapes exactly what ``ensure_ascii=False`` does), several times
+        # faster; whatever ``orjson`` refuses (a lone surrogate, which the encoding
+        # below refuses too) takes the standard library's path.
+        encoded = orjson.dumps(parts)
+    except TypeError:
+        encoded = json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return hashlib.sha256(encoded).hexdigest()

@@ -48,7 +48,8 @@ class SessionConfig:
         """Write one event bound to ``context``'s Step execution and attempt."""
         event = AgentEvent(
             type=type,
-            payload=json_ready(dict(payload)),
+            # ``json_ready`` copies a dict: a Mapping of another kind is copied first.
+            payload=json_ready(payload if payload.__class__ is dict else dict(payload)),
             turn_id=turn_id,
             step_execution_id=context.step_execution_id,
             attempt=context.attempt,

@@ -132,7 +132,8 @@ class AgentEventWriter:
         """Write one event of ``type`` with ``payload`` (JSON data)."""
         event = AgentEvent(
             type=AgentEventType(type),
-            payload=json_ready(dict(payload)),
+            # ``json_ready`` copies a dict: a Mapping of another kind is copied first.
+            payload=json_ready(payload if payload.__class__ is dict else dict(payload)),
             turn_id=self.turn_id,
             step_execution_id=self.step_execution_id,
             attempt=self.attempt,

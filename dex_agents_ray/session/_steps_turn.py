@@ -291,14 +291,15 @@ class RunModel(_TurnStep):
             return dex.dead_end()  # FinishTurnCancellation ends the turn
         if steered(context):
             return dex.go_to(ApplyTurnControl, state.active_turn_id)
-        queued = _queued_writes(turn_records(context))
+        records = turn_records(context)
+        queued = _queued_writes(records)
         if queued:
             return _next_queued_write(context, config, state, queued)
         if state.status is not AgentStatus.RUNNING_MODEL:
             state = replace(state, status=AgentStatus.RUNNING_MODEL)
         beats = Heartbeats(context, None)
         writer = config.event_writer(context, state.active_turn_id)
-        turn = turn_context(context, config, state, writer, beats.beat)
+        turn = turn_context(context, config, state, writer, beats.beat, records)
         try:
             cutoff = await _compaction_cutoff(context, config, turn)
             if cutoff is not None:

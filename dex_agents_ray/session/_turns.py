@@ -201,8 +201,10 @@ def turn_context(
     state: AgentState,
     writer: AgentEventWriter,
     heartbeat: Any,
+    records: Sequence[AgentToolCall] | None = None,
 ) -> AgentTurnContext:
-    """What the runner sees of the active turn (messages and records must be loaded)."""
+    """What the runner sees of the active turn (messages and records must be loaded);
+    ``records``: this invocation's :func:`turn_records`, when read already."""
     assert state.active_turn_id is not None
     options = config.options
     summary = CONTEXT_SUMMARY.get(context)
@@ -218,7 +220,9 @@ def turn_context(
         messages=tuple(messages),
         context_summary=summary,
         framework_run_state=FRAMEWORK_RUN_STATE.get(context),
-        tool_calls={r.tool_call_id: r for r in turn_records(context)},
+        tool_calls={
+            r.tool_call_id: r for r in (turn_records(context) if records is None else records)
+        },
         events=writer,
         heartbeat=heartbeat,
         enabled_built_in_tools=options.built_in_tools,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -126,6 +127,36 @@ async def test_generated_tool_call_ids_repeat_on_a_rerun_and_differ_between_call
     assert len(set(ids)) == 2
     assert not set(ids) & {call.tool_call_id for call in other.tool_calls}
     assert first == rerun
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["plain", 'quote " and \\ backslash', "controls \x00\x01\x1f\x7f\n\t\b\f\r", "é 中 \u2028 😀"],
+)
+async def test_the_response_id_digests_the_request_as_compact_json(text: str) -> None:
+    # The ID is stable across processes and versions: a sha256 of the request as
+    # compact JSON, non-ASCII text as UTF-8.
+    request = ModelRequest(
+        instructions=f"Be brief. {text}",
+        input=[
+            UserTextItem(text=text),
+            ModelOutputItem(provider=SCRIPTED_PROVIDER, api=SCRIPTED_PROVIDER, item=text),
+            ToolResultItem(tool_call_id="c1", tool_name="t", output=text),
+        ],
+    )
+    response = await ScriptedModelClient(lambda _: ScriptedModelReply(text="ok")).call_model(
+        request, RecordingModelOutputWriter()
+    )
+    parts = [
+        request.instructions,
+        ["user", text, []],
+        ["model", SCRIPTED_PROVIDER, SCRIPTED_PROVIDER, text],
+        ["tool", "c1", text],
+    ]
+    encoded = json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    digest = hashlib.sha256(encoded).hexdigest()
+    assert response.model_call_metadata is not None
+    assert response.model_call_metadata.response_id == f"scripted_{digest[:24]}"
 
 
 def test_tool_results_are_those_after_the_last_model_output() -> None:

@@ -1,4 +1,7 @@
-"""One local Ray for the whole test session; each test gets its own namespace and store."""
+"""One local Ray for the whole test session; each test gets its own namespace and store.
+
+Likewise one throwaway PostgreSQL server for the session (started by the first test
+that asks for it), with a fresh database per test."""
 
 from __future__ import annotations
 
@@ -8,6 +11,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.stores.postgres_server import (
+    SERVICES_HINT,
+    PostgresServer,
+    find_bin_dir,
+    running_server,
+)
 
 # Ray 2.60 turns on token auth for new local clusters; keep the CLI and the
 # runtime in agreement so nothing depends on a token file from an earlier run.
@@ -41,6 +51,30 @@ def ray_session() -> Iterator[None]:
 
     close_span_relays()  # no relay thread inside a Ray call while Ray shuts down
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL cluster for the whole session (the store and job tests)."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        message = f"PostgreSQL binaries not found under /usr/lib/postgresql: {SERVICES_HINT}"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI runs scripts/services, so this is a broken set-up
+        pytest.skip(message)
+    with running_server(bin_dir) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The DSN of a new, empty database for this test."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_server.dsn(name)
 
 
 @pytest.fixture

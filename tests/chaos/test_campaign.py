@@ -1,5 +1,9 @@
-"""The bounded chaos campaign: 50 faults at a fixed seed over sessions that use
-every tool effect, approvals, questions, a durable wait and a tool task."""
+"""The bounded chaos campaign: 25 faults at a fixed seed over sessions that use
+every tool effect, approvals, questions, a durable wait and a tool task.
+
+The scheduler's weight is doubled from the kit's default (4:3:1) so that 25 draws
+miss a kind about as rarely as 50 did (under 0.2 %): each kind still occurs, in
+half the campaign's time."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from dex_agents_ray.testing.chaos import ChaosCampaign, FaultKind
 from tests.chaos.agents import TURNS, build_campaign_flow, invocations
 
 SEED = 20
+FAULTS = 25
+WEIGHTS = {FaultKind.SESSION_HOST: 4.0, FaultKind.TOOL_EXECUTOR: 3.0, FaultKind.SCHEDULER: 2.0}
 
 
 async def test_bounded_campaign_holds_every_invariant(
@@ -26,8 +32,9 @@ async def test_bounded_campaign_holds_every_invariant(
         flow=flow,
         turns=TURNS,
         sessions=3,
-        faults=50,
+        faults=FAULTS,
         seed=SEED,
+        fault_weights=WEIGHTS,
         interval=(timedelta(seconds=0.2), timedelta(seconds=0.8)),
         invocations=lambda: invocations(state_dir),
     )
@@ -36,12 +43,8 @@ async def test_bounded_campaign_holds_every_invariant(
     print(report)
 
     report.raise_for_violations()
-    assert len(report.injected) >= 50
-    assert set(report.faults_by_kind) == {
-        FaultKind.SESSION_HOST,
-        FaultKind.TOOL_EXECUTOR,
-        FaultKind.SCHEDULER,
-    }
+    assert len(report.injected) >= FAULTS
+    assert set(report.faults_by_kind) == set(WEIGHTS)
     assert report.turns >= 3 * len(TURNS)
     # The campaign did what the checker reads: every kind of call and answer happened.
     record = report.record

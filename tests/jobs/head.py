@@ -119,11 +119,15 @@ def _processes_of(temp_dir: str) -> list[int]:
 
 
 def _kill_processes_of(temp_dir: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """SIGKILL, as ``ray stop --force`` does: the head and its directory go anyway, and
+    on SIGTERM the GCS, the raylet and the runtime-env agent of an idle head were
+    still running 10 s later (measured), a wait of that much per head. The second
+    round kills what the first missed (a worker that started meanwhile)."""
+    for _ in range(2):
         pids = _processes_of(temp_dir)
         for pid in pids:
             with contextlib.suppress(OSError):
-                os.kill(pid, sig)
+                os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while pids and time.monotonic() < deadline:
             pids = [pid for pid in pids if _alive(pid)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dex_agents_ray.testing import FileGate, InvocationLog
 from tests.jobs.eval_job_agent import STATE_ENV
-from tests.jobs.head import RAY, ray_head
+from tests.jobs.head import RAY, RayHead
 
 DEX = str(Path(sys.executable).with_name("dex-agents-ray"))
 RUN_ID = "job-run"
@@ -57,60 +57,57 @@ def _scored(out: Path) -> list[str]:
 
 
 async def test_an_eval_job_stopped_and_submitted_again_finishes_the_rest(
-    tmp_path: Path, postgres_dsn: str
+    tmp_path: Path, postgres_dsn: str, head: RayHead
 ) -> None:
     job_dir, state, out = tmp_path / "job", tmp_path / "state", tmp_path / "out"
     job_dir.mkdir()
     shutil.copy(Path(__file__).with_name("eval_job_agent.py"), job_dir)
     (job_dir / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in CASES))
     tool_gate, model_gate = FileGate(state, "tool"), FileGate(state, "model")
-    with ray_head() as head:
 
-        def job(command: str, *args: str) -> list[str]:
-            return [RAY, "job", command, "--address", head.dashboard_url, *args]
+    def job(command: str, *args: str) -> list[str]:
+        return [RAY, "job", command, "--address", head.dashboard_url, *args]
 
-        # The same command both times: only the submission ID differs.
-        eval_job = [
-            "--working-dir", str(job_dir),
-            "--runtime-env-json", json.dumps({"env_vars": {STATE_ENV: str(state)}}),
-            "--", DEX, "eval", "cases.jsonl", "--agent", "eval_job_agent:flow",
-            "--run-id", RUN_ID, "--concurrency", "2", "--no-progress",
-            "--store", postgres_dsn, "--namespace", "eval-job", "--out", str(out),
-        ]  # fmt: skip
-        code, output = await _run(
-            job("submit", "--submission-id", "eval-1", "--no-wait", *eval_job), head.env, 120
-        )
-        assert code == 0, output
-        # Mid-run: some cases scored, a model call and a tool call in flight.
-        await tool_gate.wait_until_reached(timeout=120)
-        await model_gate.wait_until_reached(timeout=60)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while len(_scored(out)) < 3:
-            assert loop.time() < deadline, _scored(out)
-            await asyncio.sleep(0.05)
+    # The same command both times: only the submission ID differs.
+    eval_job = [
+        "--working-dir", str(job_dir),
+        "--runtime-env-json", json.dumps({"env_vars": {STATE_ENV: str(state)}}),
+        "--", DEX, "eval", "cases.jsonl", "--agent", "eval_job_agent:flow",
+        "--run-id", RUN_ID, "--concurrency", "2", "--no-progress",
+        "--store", postgres_dsn, "--namespace", "eval-job", "--out", str(out),
+    ]  # fmt: skip
+    code, output = await _run(
+        job("submit", "--submission-id", "eval-1", "--no-wait", *eval_job), head.env, 120
+    )
+    assert code == 0, output
+    # Mid-run: some cases scored, a model call and a tool call in flight.
+    await tool_gate.wait_until_reached(timeout=120)
+    await model_gate.wait_until_reached(timeout=60)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while len(_scored(out)) < 3:
+        assert loop.time() < deadline, _scored(out)
+        await asyncio.sleep(0.05)
 
-        code, output = await _run(job("stop", "eval-1"), head.env, 120)  # SIGTERM, then SIGKILL
+    code, output = await _run(job("stop", "eval-1"), head.env, 120)  # SIGTERM, then SIGKILL
 
-        assert code == 0, output
-        assert "Job 'eval-1' was stopped" in output, output  # STOPPED
-        assert sorted(_scored(out)) == ["c0", "c1", "c2"]
-        code, logs = await _run(job("logs", "eval-1"), head.env, 120)
-        # The driver stopped cleanly: its finished rows written, its run closed.
-        assert "dex-agents-ray eval: stopped by SIGTERM" in logs, logs
-        assert "Traceback" not in logs, logs
+    assert code == 0, output
+    assert "Job 'eval-1' was stopped" in output, output  # STOPPED
+    assert sorted(_scored(out)) == ["c0", "c1", "c2"]
+    code, logs = await _run(job("logs", "eval-1"), head.env, 120)
+    # The driver stopped cleanly: its finished rows written, its run closed.
+    assert "dex-agents-ray eval: stopped by SIGTERM" in logs, logs
+    assert "Traceback" not in logs, logs
 
-        # The calls in flight finish in the hosts; the new driver goes on from the
-        # sessions' state (c4's second turn is its to send).
-        tool_gate.release()
-        model_gate.release()
-        code, output = await _run(
-            job("submit", "--submission-id", "eval-2", *eval_job), head.env, 240
-        )
+    # The calls in flight finish in the hosts; the new driver goes on from the
+    # sessions' state (c4's second turn is its to send).
+    tool_gate.release()
+    model_gate.release()
+    code, output = await _run(job("submit", "--submission-id", "eval-2", *eval_job), head.env, 240)
 
-        assert code == 0, output
-        assert "Job 'eval-2' succeeded" in output, output  # SUCCEEDED
-        assert '{"scored": 10, "failed": 0, "needs_person": 0, "cancelled": 0}' in output
+    assert code == 0, output
+    assert "Job 'eval-2' succeeded" in output, output  # SUCCEEDED
+    assert '{"scored": 10, "failed": 0, "needs_person": 0, "cancelled": 0}' in output
 
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(row["case_id"] for row in rows) == sorted(str(c["id"]) for c in CASES)

@@ -1,6 +1,9 @@
 """A bounded chaos campaign over Pydantic AI sessions: seeded SIGKILLs of session
 hosts, tool executors and the scheduler while sessions run every tool effect and
-an approval; the kit's invariant checker reads the store and the tools' logs."""
+an approval; the kit's invariant checker reads the store and the tools' logs.
+
+Fifteen faults, with the scheduler's weight doubled from the kit's default (4:3:1):
+a kind is left out of a campaign about as rarely as with 25 at the default weights."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 from dex_agents_ray import AgentSessionOptions, ToolEffect, ToolPolicy
 from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
 from dex_agents_ray.testing import InvocationLog
-from dex_agents_ray.testing.chaos import ChaosCampaign, ToolInvocation
+from dex_agents_ray.testing.chaos import ChaosCampaign, FaultKind, ToolInvocation
 from tests.pydantic_ai.agents import CHAOS_TURNS, Deps, chaos_agent
 
 POLICIES = {
@@ -22,6 +25,8 @@ POLICIES = {
     "note": ToolPolicy(ToolEffect.UNCLASSIFIED, requires_approval=False),
     "pay": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE),
 }
+FAULTS = 15
+WEIGHTS = {FaultKind.SESSION_HOST: 4.0, FaultKind.TOOL_EXECUTOR: 3.0, FaultKind.SCHEDULER: 2.0}
 
 
 def _invocations(state_dir: Path) -> Iterator[ToolInvocation]:
@@ -49,8 +54,9 @@ async def test_a_bounded_campaign_holds_every_invariant_for_pydantic_ai_sessions
         flow=flow,
         turns=CHAOS_TURNS,
         sessions=3,
-        faults=25,
+        faults=FAULTS,
         seed=43,
+        fault_weights=WEIGHTS,
         interval=(timedelta(seconds=0.2), timedelta(seconds=0.8)),
         invocations=lambda: _invocations(state_dir),
     )
@@ -59,7 +65,7 @@ async def test_a_bounded_campaign_holds_every_invariant_for_pydantic_ai_sessions
     print(report)
 
     report.raise_for_violations()
-    assert len(report.injected) >= 25
+    assert len(report.injected) >= FAULTS
     assert report.turns >= 3 * len(CHAOS_TURNS)
     # Tools ran (a call whose attempt never started is recorded as not run, and may not
     # run again, so not every call need appear here).

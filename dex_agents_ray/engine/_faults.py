@@ -26,13 +26,18 @@ commit. Read at every such append, so a process may set it for itself."""
 _POLL_SECONDS = 0.01
 
 
-def gate_before_ack_spec() -> tuple[str, str] | None:
-    """The gate this process's remote attempts wait at, if one is set."""
-    spec = os.environ.get(GATE_BEFORE_ACK_ENV)
+def _gate_spec(variable: str) -> tuple[str, str] | None:
+    """``(state_dir, gate name)`` from ``variable`` (``<state_dir>:<name>``), if set."""
+    spec = os.environ.get(variable)
     if not spec:
         return None
     state_dir, name = spec.rsplit(":", 1)
     return state_dir, name
+
+
+def gate_before_ack_spec() -> tuple[str, str] | None:
+    """The gate this process's remote attempts wait at, if one is set."""
+    return _gate_spec(GATE_BEFORE_ACK_ENV)
 
 
 def wait_at_gate_before_ack() -> None:
@@ -44,11 +49,7 @@ def wait_at_gate_before_ack() -> None:
 
 def gate_before_stream_append_spec() -> tuple[str, str] | None:
     """The gate this process's Stream appends alone wait at, if one is set."""
-    spec = os.environ.get(GATE_BEFORE_STREAM_APPEND_ENV)
-    if not spec:
-        return None
-    state_dir, name = spec.rsplit(":", 1)
-    return state_dir, name
+    return _gate_spec(GATE_BEFORE_STREAM_APPEND_ENV)
 
 
 def wait_at_gate(spec: tuple[str, str]) -> None:

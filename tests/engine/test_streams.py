@@ -67,25 +67,14 @@ async def test_a_busy_runs_write_waits_for_its_commit_up_to_the_busy_linger(
     async with opened(SqliteStoreConfig(path=tmp_path / "s.db")) as store:
         busy = True
         streams = StreamBuffer(store.streams, linger=0.001, busy=lambda _: busy, busy_linger=60.0)
-        checks: list[asyncio.Future[None]] = []
-        due = streams._due
-
-        def counted(flow_id: str) -> None:
-            due(flow_id)
-            if checks and not checks[0].done():
-                checks[0].set_result(None)
-
-        streams._due = counted  # type: ignore[method-assign]
+        checks = _counting_due(streams)
         checks.append(asyncio.get_running_loop().create_future())
         streams.write("a", "events", "#X-1", _write("kept"))
         await checks[0]  # the linger is over: the run is busy, so the write waits
         assert _texts(streams.take("a")) == ["kept"]  # ...for the commit to take it
         # Once the run is no longer busy, the linger alone decides.
         busy = False
-        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
-        await asyncio.sleep(0)
-        streams.write("a", "events", "#X-1", _write("alone"))
-        assert _texts(await poll) == ["alone"]
+        await _a_write_is_appended_alone(streams)
         streams.close()
 
 
@@ -116,15 +105,7 @@ async def test_a_committing_runs_writes_wait_for_its_commit_past_every_linger(
             busy_linger=0.001,
             committing=lambda _: committing,
         )
-        checks: list[asyncio.Future[None]] = []
-        due = streams._due
-
-        def counted(flow_id: str) -> None:
-            due(flow_id)
-            if checks and not checks[0].done():
-                checks[0].set_result(None)
-
-        streams._due = counted  # type: ignore[method-assign]
+        checks = _counting_due(streams)
         streams.write("a", "events", "#X-1", _write("end"))
         for _ in range(3):  # past the linger and the busy linger, still queued
             checks[:] = [asyncio.get_running_loop().create_future()]
@@ -133,10 +114,7 @@ async def test_a_committing_runs_writes_wait_for_its_commit_past_every_linger(
         assert _texts(streams.take("a")) == ["end"]
         # Once nothing commits, the linger decides again.
         committing = False
-        poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
-        await asyncio.sleep(0)
-        streams.write("a", "events", "#X-1", _write("alone"))
-        assert _texts(await poll) == ["alone"]
+        await _a_write_is_appended_alone(streams)
         streams.close()
 
 
@@ -267,3 +245,26 @@ async def test_a_long_poll_answers_after_the_window_or_at_its_limit(tmp_path: Pa
         assert _texts(await unbatched.wait("a", "events", 3, 10, 30.0)) == ["four"]
         unbatched.close()
         streams.close()
+
+
+def _counting_due(streams: StreamBuffer) -> list[asyncio.Future[None]]:
+    """A list whose first future, put there by the test, resolves the next time
+    ``streams`` checks a run's linger."""
+    checks: list[asyncio.Future[None]] = []
+    due = streams._due
+
+    def counted(flow_id: str) -> None:
+        due(flow_id)
+        if checks and not checks[0].done():
+            checks[0].set_result(None)
+
+    streams._due = counted  # type: ignore[method-assign]
+    return checks
+
+
+async def _a_write_is_appended_alone(streams: StreamBuffer) -> None:
+    """A write of run ``a`` now reaches a long poll on its own (no commit takes it)."""
+    poll = asyncio.ensure_future(streams.wait("a", "events", 0, 10, 30.0))
+    await asyncio.sleep(0)
+    streams.write("a", "events", "#X-1", _write("alone"))
+    assert _texts(await poll) == ["alone"]

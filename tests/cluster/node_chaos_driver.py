@@ -125,11 +125,13 @@ async def _eval_through_a_node_kill(
         "counts": report.summary()["counts"],
         "scored_case_ids": sorted(r["case_id"] for r in rows),
         "passed": sum(1 for r in rows if r.get("passed")),
+        "not_passed": {r["case_id"]: r.get("answer") for r in rows if not r.get("passed")},
         "repeated": {
             name: sorted({e for e in entries if entries.count(e) > 1})
             for name, entries in runs.items()
         },
         "calls": {name: len(entries) for name, entries in runs.items()},
+        "refunds": runs["refund"],
     }
 
 
@@ -152,8 +154,14 @@ async def main(state_dir: Path, faults: int, seed: int) -> None:
     worker_args = _node_args({"sessions": 1})
     with running_server(bin_dir) as server:
         database = f"nodes_{uuid.uuid4().hex[:8]}"
+        # The eval's engine gets a database of its own: the campaign's engine (another
+        # namespace) stays up meanwhile, and a host of it restarted by the eval's node
+        # kill resumes every run of its slot in its store, the eval's too if they shared
+        # one, so two hosts would take turns with one session.
+        eval_database = f"{database}_eval"
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {database}")
+            conn.execute(f"CREATE DATABASE {eval_database}")
         cluster = Cluster(
             initialize_head=True,
             head_node_args={
@@ -197,7 +205,7 @@ async def main(state_dir: Path, faults: int, seed: int) -> None:
             node = report.node_recovery_seconds()
             eval_dir = state_dir / "eval"
             eval_dir.mkdir()  # noqa: ASYNC240 - once, before the run
-            evaluation = await _eval_through_a_node_kill(server.dsn(database), eval_dir, nodes)
+            evaluation = await _eval_through_a_node_kill(server.dsn(eval_database), eval_dir, nodes)
             print(
                 "REPORT "
                 + json.dumps(

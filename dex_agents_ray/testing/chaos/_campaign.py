@@ -158,6 +158,12 @@ class ChaosReport:
             raise AssertionError(str(self))
 
 
+_MISSING_TRIES = 20
+"""Draws in a row of a kind not injected yet that may find no target before the
+campaign draws by weight again (a kind can lack a target for a while: no busy
+session, no live worker node)."""
+
+
 @dataclass(kw_only=True)
 class ChaosCampaign:
     """N sessions of ``flow`` driven through ``turns`` while seeded faults hit.
@@ -166,10 +172,11 @@ class ChaosCampaign:
     a time), approves approvals (``approve``) and answers questions (``answer``)
     as they appear. Finished slots start new sessions until ``faults`` faults
     were injected. Faults come every ``interval`` (drawn uniformly), their kind
-    drawn by ``fault_weights``; a seed replays the schedule of kinds, targets
-    and delays, not the interleavings. Then :func:`check_invariants` reads the
-    transcripts, tool records, events, Step history and the tools' invocation
-    logs (``invocations``).
+    drawn by ``fault_weights`` (the last ones go to the kinds not injected yet,
+    so that every kind with a weight occurs when ``faults`` allows); a seed
+    replays the schedule of kinds, targets and delays, not the interleavings.
+    Then :func:`check_invariants` reads the transcripts, tool records, events,
+    Step history and the tools' invocation logs (``invocations``).
 
     Turn texts must be distinct: the checker tells a lost or doubled message by
     its text.
@@ -329,10 +336,22 @@ class ChaosCampaign:
         weights = [self.fault_weights[k] for k in kinds]
         low, high = (d.total_seconds() for d in self.interval)
         injected = 0
+        seen: set[FaultKind] = set()
+        missed = 0  # draws in a row of a kind not seen yet that found no target
         while injected < self.faults and not all(s.done() for s in slots):
             await asyncio.sleep(rng.uniform(low, high))
-            kind = rng.choices(kinds, weights)[0]
+            # The last faults go to the kinds not injected yet, so that every kind
+            # with a weight occurs when ``faults`` allows (unless one keeps finding
+            # no target: then the draws are weighted again).
+            missing = [k for k, w in zip(kinds, weights, strict=True) if w > 0 and k not in seen]
+            if missing and self.faults - injected <= len(missing) and missed < _MISSING_TRIES:
+                kind = rng.choice(missing)
+            else:
+                kind = rng.choices(kinds, weights)[0]
             outcome = await injector.inject(kind, sorted(self._busy))
+            if outcome.injected:
+                seen.add(kind)
+            missed = missed + 1 if kind in missing and not outcome.injected else 0
             log.append(
                 FaultRecord(
                     index=len(log),

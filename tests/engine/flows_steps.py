@@ -183,6 +183,42 @@ class HeartbeatTimeoutFlow(Flow[GateInput]):
         return StepList.start_step(GoesSilent())
 
 
+@dataclass(frozen=True)
+class HeartbeatInput(GateInput):
+    """``gate``: where a retryable attempt waits after its heartbeat value
+    (``""``: it does not wait, it completes or fails at once)."""
+
+    fail_first: bool = False
+
+
+class BeatsAValue(Step[HeartbeatInput]):
+    """Attempt 1 heartbeats a value, then waits at the gate (if any) and fails
+    (``fail_first``, retried a second later) or completes; a later attempt
+    returns the value it finds. Three attempts: attempt 1 is retryable."""
+
+    def get_step_options(self) -> StepOptions:
+        return StepOptions(
+            execute_retry=RetryPolicy(initial_interval=timedelta(hours=1), maximum_attempts=3)
+        )
+
+    async def execute(self, context: AsyncContext, input: HeartbeatInput) -> StepDecision:
+        if context.attempt == 1:
+            await context.heartbeat("value-1")
+            if input.gate:
+                await FileGate(input.state_dir, input.gate).wait_for_release()
+            if input.fail_first:
+                raise dex.retry_after(1, ConnectionError("busy"))
+        found = None
+        if context.has_last_heartbeat_value():
+            found = context.get_last_heartbeat_value(str)
+        return dex.force_complete({"attempt": context.attempt, "checkpoint": found})
+
+
+class HeartbeatValueFlow(Flow[HeartbeatInput]):
+    def get_steps(self) -> StepList[HeartbeatInput]:
+        return StepList.start_step(BeatsAValue())
+
+
 # -- retries --------------------------------------------------------------------------
 
 

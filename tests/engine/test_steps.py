@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ from tests.engine.flows_steps import (
     CancelFlow,
     FormsFlow,
     GateInput,
+    HeartbeatInput,
     HeartbeatTimeoutFlow,
+    HeartbeatValueFlow,
     LoopFlow,
     LoopInput,
     RecoveryFlow,
@@ -97,6 +101,52 @@ async def test_heartbeat_timeout_fails_a_silent_attempt_and_keeps_its_checkpoint
     [failure] = details(history, "GoesSilent-1", "attempt_failed")
     assert failure["error_type"] == "StepTimeoutError"
     assert "heartbeat" in failure["error"]
+
+
+def _stored_heartbeat(store: Path, flow_id: str, exec_id: str) -> str | None:
+    """The heartbeat value the store holds for an execution (base64), read from
+    the SQLite file."""
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        row = db.execute(
+            "SELECT doc FROM executions WHERE flow_id = ? AND exec_id = ?", (flow_id, exec_id)
+        ).fetchone()
+    value: str | None = json.loads(row[0])["heartbeat"] if row else None
+    return value
+
+
+async def test_a_heartbeat_value_is_written_while_its_attempt_runs(
+    engine_factory: Any, state_dir: Path, store_path: Path
+) -> None:
+    flow = HeartbeatValueFlow()
+    engine = await engine_factory([flow])
+    gate = FileGate(state_dir, "running")
+    await engine.client.start_flow(flow, "beats", HeartbeatInput(str(state_dir), "running"))
+    # The attempt waits at the gate: its value becomes durable meanwhile.
+    await eventually(lambda: _async(_stored_heartbeat, store_path, "beats", "BeatsAValue-1"))
+    assert gate.times_reached() == 1
+    gate.release()
+    result = await engine.client.wait_for_flow("beats", timeout=TIMEOUT)
+    assert result.single_output(dict[str, Any]) == {"attempt": 1, "checkpoint": None}
+
+
+async def test_a_heartbeat_value_of_an_attempt_that_ends_at_once_is_not_written_alone(
+    engine_factory: Any, state_dir: Path, store_path: Path
+) -> None:
+    flow = HeartbeatValueFlow()
+    engine = await engine_factory([flow])
+    # Completes right after its heartbeat: the value is moot and never written.
+    await engine.client.start_flow(flow, "done", HeartbeatInput(str(state_dir), ""))
+    result = await engine.client.wait_for_flow("done", timeout=TIMEOUT)
+    assert result.single_output(dict[str, Any]) == {"attempt": 1, "checkpoint": None}
+    assert _stored_heartbeat(store_path, "done", "BeatsAValue-1") is None
+    # Fails right after it: attempt 2 finds the value.
+    await engine.client.start_flow(flow, "fails", HeartbeatInput(str(state_dir), "", True))
+    result = await engine.client.wait_for_flow("fails", timeout=TIMEOUT)
+    assert result.single_output(dict[str, Any]) == {"attempt": 2, "checkpoint": "value-1"}
+
+
+async def _async(function: Any, *args: Any) -> Any:
+    return function(*args)
 
 
 async def test_retry_policy_retries_with_backoff_and_a_stable_first_attempt_time(

@@ -33,7 +33,7 @@ from dex_agents_ray.engine.run._remote import (
 from dex_agents_ray.engine.run._retry import DEFAULT_METHOD_TIMEOUT
 from dex_agents_ray.engine.run._state import RunState, Tx
 from dex_agents_ray.engine.run._streams import StreamBuffer
-from dex_agents_ray.engine.run._transactions import stage_start
+from dex_agents_ray.engine.run._transactions import marks_at_dispatch, stage_start
 from dex_agents_ray.engine.run._watch import AttemptOutcome, describe_failure, watch_attempt
 from dex_agents_ray.engine.sdk._invoke import FlowMapper, StepResult, invoke_step
 from dex_agents_ray.engine.sdk._sdk import InvocationMethod
@@ -95,7 +95,21 @@ class Live:
     """The number a pooled executor knows this attempt's call by (see ``_DISPATCHES``)."""
     outcome: asyncio.Future[Any] | None = None
     """The attempt's result; done once it finished, before the watch sees it."""
+    exact: bool = False
+    """The Step's last attempt: its heartbeat values are written at once (see
+    ``HEARTBEAT_LINGER``)."""
 
+
+HEARTBEAT_LINGER = 0.025
+"""Seconds a retryable attempt's new heartbeat value waits before it is written.
+
+An attempt that ends sooner never needs it written: a success makes it moot, and
+a failure's commit carries it to the next attempt. The values of the run's
+attempts that wait together go in one commit. A host that dies meanwhile loses
+at most this much of an attempt's heartbeat values, as it loses the start of an
+attempt that starts early (``ExecutorPoolOptions.early_ack_delay``); a Step's
+last attempt, whose start is recorded exactly, has its values written at once.
+"""
 
 _DISPATCHES = itertools.count(1)
 """Numbers for calls to pooled executors, one per dispatch, never reused in a host
@@ -193,6 +207,12 @@ class Attempts(Protocol):
         """Whether an attempt has finished that its driver has not taken yet."""
         ...
 
+    def take_heartbeat(self, exec_id: str, attempt: int) -> tuple[bytes | None] | None:
+        """The heartbeat value ``attempt`` of ``exec_id`` sent that is not written
+        yet, as a 1-tuple (the value may be ``None``), now the caller's to write;
+        ``None`` when there is none."""
+        ...
+
     async def ack_remote_start(self, exec_id: str, attempt: int) -> bool: ...
 
     async def ack_dispatches(self, calls: list[tuple[str, int]]) -> list[bool]: ...
@@ -227,6 +247,9 @@ class AttemptRunner:
         self._host_handle = host_handle
         self._host_name = host_name
         self._live: dict[str, Live] = {}
+        self._beats: dict[str, tuple[int, bytes | None]] = {}
+        """Heartbeat values of retryable attempts waiting to be written."""
+        self._beat_timer: asyncio.TimerHandle | None = None
 
     @property
     def running(self) -> bool:
@@ -244,6 +267,17 @@ class AttemptRunner:
     def kill_all(self) -> None:
         for live in list(self._live.values()):
             live.kill()
+        if self._beat_timer is not None:
+            self._beat_timer.cancel()
+            self._beat_timer = None
+        self._beats.clear()
+
+    def take_heartbeat(self, exec_id: str, attempt: int) -> tuple[bytes | None] | None:
+        pending = self._beats.get(exec_id)
+        if pending is None or pending[0] != attempt:
+            return None
+        del self._beats[exec_id]
+        return (pending[1],)
 
     async def ack_remote_start(self, exec_id: str, attempt: int) -> bool:
         """A remote task is about to run user code: record it, or refuse."""
@@ -309,6 +343,7 @@ class AttemptRunner:
         """
         future, live, decode = self._start_attempt(record, attempt, method, options, early_start)
         live.outcome = future
+        live.exact = not marks_at_dispatch(record, attempt, options)
         exec_id = record.exec_id
         self._live[exec_id] = live
         raw_timeout = (
@@ -501,20 +536,42 @@ class AttemptRunner:
             self._owner.streams.write(self._owner.flow_id, frame.stream_name, f"#{exec_id}", frame)
             return
         checkpoint = frame.value.SerializeToString() if frame.HasField("value") else None
-        record = self._owner.state.execs.get(exec_id)
-        if record is not None and record.heartbeat == checkpoint:
+        pending = self._beats.get(exec_id)
+        stored = pending[1] if pending is not None else self._stored_heartbeat(exec_id)
+        if stored == checkpoint:
             return  # nothing new to store (most beats: liveness only)
-        self._owner.background(self._persist_heartbeat(exec_id, attempt, checkpoint))
+        if live.exact:
+            self._beats.pop(exec_id, None)
+            self._owner.background(self._persist_heartbeats({exec_id: checkpoint}))
+            return
+        self._beats[exec_id] = (attempt, checkpoint)
+        if self._beat_timer is None:
+            loop = asyncio.get_running_loop()
+            self._beat_timer = loop.call_later(HEARTBEAT_LINGER, self._flush_heartbeats)
 
-    async def _persist_heartbeat(
-        self, exec_id: str, attempt: int, checkpoint: bytes | None
-    ) -> None:
+    def _stored_heartbeat(self, exec_id: str) -> bytes | None:
+        record = self._owner.state.execs.get(exec_id)
+        return record.heartbeat if record is not None else None
+
+    def _flush_heartbeats(self) -> None:
+        """Write the heartbeat values that waited ``HEARTBEAT_LINGER`` (one commit)."""
+        self._beat_timer = None
+        beats = {exec_id: checkpoint for exec_id, (_, checkpoint) in self._beats.items()}
+        self._beats.clear()
+        if beats:
+            self._owner.background(self._persist_heartbeats(beats))
+
+    async def _persist_heartbeats(self, beats: dict[str, bytes | None]) -> None:
         async with self._owner.commit_lock:
-            record = self._owner.state.execs.get(exec_id)
-            if record is None or not record.status.is_active or record.heartbeat == checkpoint:
-                return
             tx = self._owner.tx()
-            tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
+            for exec_id, checkpoint in beats.items():
+                record = self._owner.state.execs.get(exec_id)
+                if record is None or not record.status.is_active:
+                    continue  # it ended meanwhile: its value is moot
+                if record.heartbeat != checkpoint:
+                    tx.update(evolve(tx.current(exec_id), heartbeat=checkpoint))
+            if not tx.staged():
+                return
             try:
                 await self._owner.commit(tx)
             except StaleEpochError:

@@ -58,6 +58,7 @@ from dex_agents_ray.engine.store._records import (
     ExecStatus,
     LoadedRun,
     PruneRequest,
+    evolve,
     merge_commits,
 )
 from dex_agents_ray.engine.store._store import RunStore, StaleEpochError
@@ -571,6 +572,10 @@ class RunDriver:
         """Record a failed attempt; ``unstarted``: it never reached user code, and
         this is the start count to restore (undoing a mark made at dispatch)."""
         tx = self.tx()
+        pending = self.attempts.take_heartbeat(exec_id, attempt)
+        if pending is not None and tx.current(exec_id).heartbeat != pending[0]:
+            # The next attempt reads the last value this one sent.
+            tx.update(evolve(tx.current(exec_id), heartbeat=pending[0]))
         retried = stage_execute_failed(tx, exec_id, attempt, options, outcome, unstarted=unstarted)
         await self.commit(tx)
         record_step(exec_id, "retrying" if retried else "failed")

@@ -77,6 +77,29 @@ async def test_calls_after_the_first_go_by_the_socket(
     )
 
 
+async def test_acknowledgements_go_back_by_the_hosts_socket(
+    engine_factory: Any, state_dir: Path, namespace: str
+) -> None:
+    """An executor that gets calls by its socket sends its calls back to their
+    host (here start acknowledgements: each call outlives the 25 ms early-ack
+    delay) by the host's socket once it has asked for it through Ray."""
+    flow = FanFlow()
+    engine = await _engine(engine_factory, [flow])
+    slow = Fan(str(state_dir), 3, sleep_seconds=0.2)
+    await _run(engine, flow, "fan-ray", slow)  # by Ray both ways
+    await _connected(namespace)
+    await _run(engine, flow, "fan-ask", slow)  # by the socket; an acknowledgement asks
+    stats = await _stats(namespace)
+    assert stats["socket_calls"] == 3 and stats["acks_sent"] >= 2
+    before = stats["host_socket_calls"]
+
+    await _run(engine, flow, "fan-back", slow)
+
+    stats = await _stats(namespace)
+    assert stats["socket_calls"] == 6 and stats["completed"] == 9
+    assert stats["host_socket_calls"] > before
+
+
 async def test_without_the_local_channel_every_call_goes_by_ray(
     engine_factory: Any, state_dir: Path, namespace: str
 ) -> None:
@@ -89,6 +112,7 @@ async def test_without_the_local_channel_every_call_goes_by_ray(
     stats = await _stats(namespace)
     assert stats["completed"] == 9
     assert stats["socket_connections"] == stats["socket_calls"] == 0
+    assert stats["host_socket_calls"] == 0  # nor do its calls back to the host
 
 
 async def test_an_executor_killed_under_socket_calls_fails_them_as_a_death_over_ray(

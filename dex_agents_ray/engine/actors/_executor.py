@@ -53,7 +53,7 @@ from dex_agents_ray.engine import _clock as clock
 from dex_agents_ray.engine._exit_hooks import run_exit_hooks
 from dex_agents_ray.engine._faults import gate_before_ack_spec, wait_at_gate_before_ack
 from dex_agents_ray.engine._options import ExecutorPoolOptions, StepAttemptProgress
-from dex_agents_ray.engine.actors._channel import ChannelServer
+from dex_agents_ray.engine.actors._channel import Channel, ChannelServer, open_if_local
 from dex_agents_ray.engine.run._remote import (
     ABANDONED,
     RemoteRequest,
@@ -107,7 +107,8 @@ def _refused(answer: asyncio.Future[bool], call: _Call) -> None:
 
 @dataclass
 class _HostLink:
-    """What goes to one host: start acknowledgements and frames, in batches.
+    """What goes to one host: start acknowledgements and frames, in batches,
+    by the host's socket when it is on this node (see ``StepExecutor._host_call``).
 
     An acknowledgement is sent at once when none is in flight to that host;
     those that arrive meanwhile go together in the next call. Frames wait up to
@@ -125,6 +126,10 @@ class _HostLink:
     frames: list[FrameRecord] = field(default_factory=list)
     frame_timer: asyncio.TimerHandle | None = None
     frame_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    channel: Channel | None = None
+    """The host's socket, once open (see ``StepExecutor._host_call``)."""
+    channel_asked: bool = False
+    """Whether the host was asked for its socket (it is asked once)."""
 
     def idle(self) -> bool:
         return not (
@@ -185,6 +190,11 @@ class StepExecutor:
         self._channel = ChannelServer(self._socket_batch, "dex-exec")
         self._socket_calls = 0
         """Hosts of this node send their calls here after the first (see ``_channel``)."""
+        self._host_socket_calls = 0
+        """Calls this executor made to hosts by their sockets."""
+        self._local_hosts: set[str] = set()
+        """Hosts that sent calls by this executor's socket: this executor's calls
+        to them go by theirs once it is open."""
         tune_collector()
         self._watcher = asyncio.get_running_loop().create_task(self._watch_orphans())
 
@@ -283,6 +293,8 @@ class StepExecutor:
     async def _socket_batch(self, calls: list[tuple[Any, ...]]) -> list[CallOutcome | None]:
         """``run_many`` of a batch that came by the socket."""
         self._socket_calls += len(calls)
+        for call in calls:
+            self._local_hosts.add(call[5])
         return await self.run_many(calls)
 
     async def _outcome(self, call: tuple[Any, ...]) -> CallOutcome:
@@ -296,7 +308,7 @@ class StepExecutor:
         if link is None:
             return
         try:
-            await link.handle.executor_results.remote(results, link.name)
+            await self._host_call(link, "executor_results", results)
         except Exception as error:  # the host died: nobody waits for these
             logger.debug("executor: %d result(s) dropped: %s", len(results), error)
 
@@ -401,9 +413,42 @@ class StepExecutor:
             if link is None:
                 if len(self._links) >= _MAX_IDLE_LINKS:
                     for name in [n for n, v in self._links.items() if v.idle()]:
-                        del self._links[name]
+                        gone = self._links.pop(name)
+                        if gone.channel is not None:
+                            gone.channel.close()
                 link = self._links[host_name] = _HostLink(handle, host_name)
         return link
+
+    async def _host_call(self, link: _HostLink, method: str, argument: Any) -> Any:
+        """Call ``method`` of the link's host with ``argument`` and the link's name.
+
+        It goes by the host's socket once that is open: a host that sent calls by
+        this executor's socket is on this node, and the first call to it through
+        Ray asks it for its socket (``FlowHost.client_channel``, as clients do).
+        A Ray call costs both processes far more CPU than its bytes; under load
+        the acknowledgements and frames of long calls cross several times a
+        turn. The socket ends with the host's process: a call in flight then
+        fails as one to a dead actor does, and later calls go through Ray.
+        """
+        channel = link.channel
+        if channel is not None:
+            if not channel.closed:
+                self._host_socket_calls += 1
+                return await channel.request((method, argument, (link.name,)))
+            link.channel = None
+        answer = await getattr(link.handle, method).remote(argument, link.name)
+        if not link.channel_asked and link.name in self._local_hosts:
+            link.channel_asked = True
+            self._spawn(self._open_channel(link))
+        return answer
+
+    async def _open_channel(self, link: _HostLink) -> None:
+        try:
+            node, path = await link.handle.client_channel.remote()
+        except Exception as error:  # the host is going away: Ray it is
+            logger.debug("executor: host %s gave no socket (%r)", link.name, error)
+            return
+        link.channel = await open_if_local(node, path, f"host {link.name}")
 
     def _acknowledge(
         self, link: _HostLink, key: AttemptKey, early_start: bool
@@ -445,8 +490,8 @@ class StepExecutor:
                 batch, link.acks = link.acks, []
                 self._acks_sent += len(batch)
                 try:
-                    answers = await link.handle.ack_remote_starts.remote(
-                        [k for k, _ in batch], link.name
+                    answers = await self._host_call(
+                        link, "ack_remote_starts", [k for k, _ in batch]
                     )
                 except Exception as error:
                     for _, future in batch:
@@ -474,7 +519,7 @@ class StepExecutor:
             if not batch:
                 return
             try:
-                await link.handle.remote_frames.remote(batch, link.name)
+                await self._host_call(link, "remote_frames", batch)
             except Exception as error:  # the host died: its attempts are over
                 logger.debug("executor: %d frame(s) dropped: %s", len(batch), error)
 
@@ -536,7 +581,7 @@ class StepExecutor:
                 continue
             try:
                 live = await asyncio.wait_for(
-                    link.handle.live_attempts.remote(keys, link.name), timeout=30
+                    self._host_call(link, "live_attempts", keys), timeout=30
                 )
             except TimeoutError:
                 continue  # a busy host is not a dead one
@@ -565,7 +610,8 @@ class StepExecutor:
 
     def stats(self) -> dict[str, Any]:
         """Slots, running and waiting calls, calls completed, start
-        acknowledgements sent, and hosts and calls that came by the socket, since start."""
+        acknowledgements sent, hosts and calls that came by the socket, and the
+        calls this executor made by hosts' sockets, since start."""
         return {
             "shape": self._shape,
             "concurrency": self._concurrency,
@@ -575,6 +621,7 @@ class StepExecutor:
             "acks_sent": self._acks_sent,
             "socket_connections": self._channel.connections,
             "socket_calls": self._socket_calls,
+            "host_socket_calls": self._host_socket_calls,
             "draining": self._draining,
         }
 

@@ -9,8 +9,10 @@ On Linux the socket's name is in the abstract namespace (nothing on disk to
 leave behind when Ray kills the executor) and the executor accepts only
 connections from its own user (``SO_PEERCRED``); elsewhere it is a file in a
 directory only its user may open. The first batch, a host
-on another node, cancellations, start acknowledgements, frames and results sent
-ahead all stay on Ray.
+on another node and cancellations stay on Ray. The way back uses the host's own
+socket: an executor that gets calls by its socket sends its start
+acknowledgements, frames, results sent ahead and orphan checks to their host by
+the host's socket once it has asked for it (``StepExecutor._host_call``).
 
 The socket closes when the executor's process ends: every call in flight on it
 fails as an actor death does (:class:`ChannelClosed`), and the host's next batch

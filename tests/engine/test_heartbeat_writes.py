@@ -14,21 +14,12 @@ from dex.dexpb import dex_pb2 as pb
 from dex_agents_ray.engine.run._attempts import HEARTBEAT_LINGER, AttemptRunner, Live
 from dex_agents_ray.engine.run._state import RunState, Tx
 from dex_agents_ray.engine.store._records import Commit, ExecRecord, ExecStatus, evolve
-from tests.stores.records import run
+from tests.stores.records import execution, run
 
 
 def _exec(exec_id: str, maximum_attempts: int) -> ExecRecord:
     options = pb.StepOptions(execute_retry_policy=pb.RetryPolicy(maximum_attempts=maximum_attempts))
-    return ExecRecord(
-        exec_id=exec_id,
-        step_type=exec_id.split("-")[0],
-        number=int(exec_id.split("-")[1]),
-        input=pb.Value().SerializeToString(),
-        from_exec_id="",
-        status=ExecStatus.READY,
-        created_at=1000.5,
-        options=options.SerializeToString(),
-    )
+    return execution(exec_id, options=options.SerializeToString())
 
 
 class _Owner:

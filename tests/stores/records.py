@@ -51,13 +51,19 @@ def run(
     )
 
 
-def execution(exec_id: str, status: ExecStatus = ExecStatus.READY, **fields: Any) -> ExecRecord:
+def execution(
+    exec_id: str,
+    status: ExecStatus = ExecStatus.READY,
+    *,
+    options: bytes = b"\x01options",
+    **fields: Any,
+) -> ExecRecord:
     return ExecRecord(
         exec_id=exec_id,
         step_type=exec_id.split("-")[0],
         number=int(exec_id.split("-")[1]),
         input=b"\x00input\xff",
-        options=b"\x01options",
+        options=options,
         from_exec_id="",
         status=status,
         created_at=1000.5,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from datetime import datetime
@@ -122,7 +123,9 @@ async def test_a_heartbeat_value_is_written_while_its_attempt_runs(
     gate = FileGate(state_dir, "running")
     await engine.client.start_flow(flow, "beats", HeartbeatInput(str(state_dir), "running"))
     # The attempt waits at the gate: its value becomes durable meanwhile.
-    await eventually(lambda: _async(_stored_heartbeat, store_path, "beats", "BeatsAValue-1"))
+    await eventually(
+        lambda: asyncio.to_thread(_stored_heartbeat, store_path, "beats", "BeatsAValue-1")
+    )
     assert gate.times_reached() == 1
     gate.release()
     result = await engine.client.wait_for_flow("beats", timeout=TIMEOUT)
@@ -143,10 +146,6 @@ async def test_a_heartbeat_value_of_an_attempt_that_ends_at_once_is_not_written_
     await engine.client.start_flow(flow, "fails", HeartbeatInput(str(state_dir), "", True))
     result = await engine.client.wait_for_flow("fails", timeout=TIMEOUT)
     assert result.single_output(dict[str, Any]) == {"attempt": 2, "checkpoint": "value-1"}
-
-
-async def _async(function: Any, *args: Any) -> Any:
-    return function(*args)
 
 
 async def test_retry_policy_retries_with_backoff_and_a_stable_first_attempt_time(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from dex_agents_ray import TOOL_CALL_NOT_RUN_ERROR_PREFIX
+from dex_agents_ray.session import OUTCOME_UNKNOWN_TEXT
 from dex_agents_ray.testing.chaos import ChaosCampaign, FaultKind
 from tests.chaos.agents import TURNS
 from tests.cluster.drivers import run_driver
@@ -45,19 +46,28 @@ async def test_node_kills_and_postgres_faults_hold_every_invariant(tmp_path: Pat
     assert evaluation["declared_dead_seconds"] is not None
     assert evaluation["counts"] == {"scored": 40, "failed": 0, "needs_person": 0, "cancelled": 0}
     assert evaluation["scored_case_ids"] == sorted(f"c{i}" for i in range(40))
-    # A case fails only where the kill stopped its approved write before it started
-    # (its executor was on the killed node, wherever its host was): the write is
-    # reported as not run (the model is told it may call again; this one answers
-    # with the error), and it never ran. Every other case passes.
+    # A case fails only where the kill caught its approved (single-attempt) write:
+    # - stopped before it started (its executor was on the killed node, wherever its
+    #   host was): the write is reported as not run (the model is told it may call
+    #   again; this one answers with the error), and it never ran;
+    # - started while its host was on the killed node: the host died before the
+    #   result reached the store, so the write is ``outcome_unknown``: it ran at most
+    #   once and is never sent again.
+    # Every other case passes.
     refunds = evaluation["refunds"]
+    affected = set(evaluation["affected_cases"])
     for case_id, answer in evaluation["not_passed"].items():
         assert int(case_id[1:]) % 4 == 2, (case_id, answer)  # a refund case
-        assert TOOL_CALL_NOT_RUN_ERROR_PREFIX in (answer or ""), (case_id, answer)
-        assert not any(entry.split()[0] == case_id for entry in refunds), (case_id, refunds)
+        ran = [entry for entry in refunds if entry.split()[0] == case_id]
+        if OUTCOME_UNKNOWN_TEXT in (answer or ""):
+            assert case_id in affected, (case_id, answer, affected)
+            assert len(ran) <= 1, (case_id, refunds)
+        else:
+            assert TOOL_CALL_NOT_RUN_ERROR_PREFIX in (answer or ""), (case_id, answer)
+            assert ran == [], (case_id, refunds)
     assert evaluation["passed"] + len(evaluation["not_passed"]) == 40
     # A call runs again only where it was running when its host's node died: each
     # repeated call is of a case whose session was on the killed node, one at most.
-    affected = set(evaluation["affected_cases"])
     assert affected, "the killed node hosted none of the run's sessions"
     repeated = [key.split()[0] for keys in evaluation["repeated"].values() for key in keys]
     assert set(repeated) <= affected, (repeated, affected)

@@ -243,3 +243,4 @@ async def test_a_flow_id_the_client_saw_run_is_not_looked_up_again(engine_factor
     with pytest.raises(FlowNotActiveOrNotFoundError):
         await other.invoke_rpc(flow.release, "never-started")
     assert lookups == ["seen", "never-started", "never-started"]  # a miss is not remembered
+    other.close_channels()

@@ -81,3 +81,31 @@ async def test_a_host_killed_under_a_socket_call_is_retried_through_ray_and_appl
 async def test_local_channels_must_be_a_bool(ray_session: None) -> None:
     with pytest.raises(TypeError, match="local_channels"):
         await FlowEngine.start([RpcFlow()], local_channels="yes")  # type: ignore[arg-type]
+
+
+async def test_a_client_dropped_without_closing_closes_its_socket(engine_factory: Any) -> None:
+    """A client that goes away without ``close_channels`` (a second client of the
+    engine, dropped) closes its socket as it is collected, instead of leaving it for
+    the garbage collector to find open (a ResourceWarning, an error here)."""
+    import gc
+
+    from dex_agents_ray.engine import EngineClient
+
+    engine, flow = await _parked(engine_factory, "sock-drop")
+    await _connected(engine, "sock-drop")
+    other = EngineClient(engine)
+    assert await other.invoke_rpc(flow.add, "sock-drop", 1) == 1
+    await eventually(lambda: _sockets(engine, "sock-drop"), lambda s: s["connections"] == 2)
+
+    channels = other._channels._channels
+
+    async def opened() -> list[Any]:
+        return list(channels.values())
+
+    [channel] = await eventually(opened, lambda open_now: len(open_now) == 1)
+    assert not channel.closed
+    del other
+    gc.collect()
+
+    assert channel.closed
+    assert await engine.client.invoke_rpc(flow.add, "sock-drop", 1) == 2

@@ -33,6 +33,7 @@ import socket
 import struct
 import sys
 import tempfile
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -267,10 +268,16 @@ class HostChannels:
                 loop = asyncio.get_running_loop()
         self._loop = loop
         self._channels: dict[str, Channel] = {}
+        """Open sockets by host (the same dict for the client's life: see below)."""
         self._connecting: set[str] = set()
         self._elsewhere: set[str] = set()
         """Hosts that answered from another node, or whose socket did not open."""
         self._tasks: set[asyncio.Task[None]] = set()
+        if loop is not None:
+            # A client dropped without ``close`` closes its sockets as it goes: a
+            # socket's reader only holds it weakly, so otherwise the garbage
+            # collector would find the socket open (a ResourceWarning) instead.
+            weakref.finalize(self, _close_left, self._channels, loop).atexit = False
 
     def _here(self) -> bool:
         try:
@@ -332,7 +339,8 @@ class HostChannels:
     def close(self) -> None:
         """Close every socket (the engine shuts down), on the engine's loop; later
         calls go through Ray."""
-        channels, self._channels = list(self._channels.values()), {}
+        channels = list(self._channels.values())
+        self._channels.clear()
         tasks = list(self._tasks)
         here, loop = self._here(), self._loop
         self._loop = None
@@ -346,3 +354,21 @@ class HostChannels:
                 loop.call_soon_threadsafe(channel.close)
             for task in tasks:
                 loop.call_soon_threadsafe(task.cancel)
+
+
+def _close_left(channels: dict[str, Channel], loop: asyncio.AbstractEventLoop) -> None:
+    """Close the sockets of a ``HostChannels`` that was dropped without ``close``,
+    on the loop they belong to."""
+    left = list(channels.values())
+    channels.clear()
+    if not left or loop.is_closed():
+        return
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        here = False
+    for channel in left:
+        if here:
+            channel.close()
+        else:
+            loop.call_soon_threadsafe(channel.close)

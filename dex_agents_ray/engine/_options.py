@@ -98,7 +98,9 @@ class RayTaskOptions:
     memory or a custom resource (each call then holds the reservation alone,
     as a task does), else ``DEFAULT_IO_CONCURRENCY`` (1,000: I/O-bound tools,
     each a coroutine; a sync tool gets a thread of the executor's own, one per
-    slot). Unused with ``TASK``."""
+    slot; where the pool caps a light shape's executors by the cluster's CPUs,
+    each gets a multiple of it, see ``ExecutorPoolOptions.max_executors``).
+    Unused with ``TASK``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "execution", RemoteExecution(self.execution))
@@ -257,7 +259,9 @@ class ExecutorPoolOptions:
     """Executors per shape started together by the first call of that shape
     (each host starts the same named ones; they live until ``stop_hosts``)."""
     max_executors: int = 8
-    """Most executors per shape."""
+    """Most executors per shape. A light shape (no ``RayTaskOptions.max_concurrency``)
+    has at most one per CPU of the cluster, with the slots of ``max_executors``
+    spread over them."""
     orphan_check: timedelta = timedelta(seconds=2)
     """How often an executor asks the hosts of its running calls whether each
     attempt is still theirs; a call whose host died or moved on is cancelled."""

@@ -440,3 +440,39 @@ async def test_a_batch_ray_refuses_at_once_fails_its_attempts_unsent() -> None:
         else:
             raise AssertionError("the attempt did not fail")
     assert shape.in_flight == [0]
+
+
+def test_a_light_shape_gets_one_executor_per_cpu_and_keeps_its_slots() -> None:
+    from dex_agents_ray.engine._options import DEFAULT_IO_CONCURRENCY
+    from dex_agents_ray.engine.actors._pool import light_shape_layout
+
+    options = ExecutorPoolOptions()  # max_executors 8
+    assert light_shape_layout(options, 2) == (4 * DEFAULT_IO_CONCURRENCY, 2)
+    assert light_shape_layout(options, 3) == (3 * DEFAULT_IO_CONCURRENCY, 3)
+    assert light_shape_layout(options, 64) == (DEFAULT_IO_CONCURRENCY, 8)
+    assert light_shape_layout(options, 0) == (DEFAULT_IO_CONCURRENCY, 8)  # unknown: no cap
+    # Never fewer than min_executors.
+    floor = ExecutorPoolOptions(min_executors=3, max_executors=4)
+    assert light_shape_layout(floor, 2) == (2 * DEFAULT_IO_CONCURRENCY, 3)
+
+
+def test_the_pool_stops_growing_a_light_shape_at_the_clusters_cpus(ray_session: None) -> None:
+    """On the tests' Ray (2 CPUs) a light shape that saw queueing on both of its
+    executors sends to the less busy one instead of starting a third; a shape with
+    slots of its own still grows to ``max_executors``."""
+    from dex_agents_ray.engine.actors._pool import ExecutorPool
+
+    assert ray.cluster_resources()["CPU"] == 2
+    pool = ExecutorPool("ns", ExecutorPoolOptions())
+    light = RayTaskOptions(num_cpus=0.1)
+    shape = pool._shape(light, light.to_json())
+    assert (shape.concurrency, shape.limit) == (4000, 2)
+    shape.handles += [object(), object()]
+    shape.in_flight += [4000, 3999]
+    shape.saw_queueing = True
+    assert pool._pick(shape) == 1
+    assert len(shape.handles) == 2
+
+    own = RayTaskOptions(num_cpus=0.1, max_concurrency=1000)
+    other = pool._shape(own, own.to_json())
+    assert (other.concurrency, other.limit) == (1000, 8)

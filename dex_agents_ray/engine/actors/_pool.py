@@ -8,6 +8,12 @@ one (up to ``ExecutorPoolOptions.max_executors``); the first call of a shape
 starts ``ExecutorPoolOptions.min_executors`` at once. Executors are named, so every host of
 a namespace finds the same ones, and Ray restarts one that dies.
 
+A light shape (no ``max_concurrency`` of its own: coroutine tools that share a
+fraction of a CPU) gets at most one executor per CPU of the cluster: more
+processes than cores only add each process's own overhead to a burst that is
+short of CPU, not of slots. Its slots are not cut: the ``max_executors`` x
+``DEFAULT_IO_CONCURRENCY`` slots are spread over the executors it may have.
+
 An executor above the floor that ran nothing for ``executor_idle_timeout`` drains:
 it answers ``DRAINING`` to every call without starting it, then ends for good. A
 host that gets that answer, or finds the executor dead and its name gone, forgets
@@ -19,12 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dex_agents_ray.engine import _clock as clock
-from dex_agents_ray.engine._options import ExecutorPoolOptions, RayTaskOptions
+from dex_agents_ray.engine._options import (
+    DEFAULT_IO_CONCURRENCY,
+    ExecutorPoolOptions,
+    RayTaskOptions,
+)
 from dex_agents_ray.engine.actors._channel import Channel, ChannelClosed, open_if_local
 from dex_agents_ray.engine.actors._executor import (
     CANCELLED,
@@ -66,6 +77,9 @@ class _Shape:
     options: RayTaskOptions
     key: str
     concurrency: int
+    """Slots of each executor of the shape."""
+    limit: int
+    """Most executors of the shape (see ``light_shape_layout``)."""
     handles: list[Any] = field(default_factory=list)
     """By executor index; ``None`` where a drained executor was forgotten."""
     in_flight: list[int] = field(default_factory=list)
@@ -103,6 +117,8 @@ class ExecutorPool:
         """Attempts sent again because their executor was draining or drained."""
         self._definition_refs: dict[str, Any] = {}
         """Each Flow definition's object ref by key, as sent (for ``definition_box``)."""
+        self._cpus: int | None = None
+        """The cluster's CPUs when the first light shape was seen (0: unknown)."""
 
     def set_clock_offset(self, seconds: float) -> None:
         """Move the clock of every executor this pool knows (a test engine moved it)."""
@@ -329,7 +345,10 @@ class ExecutorPool:
         key = options.shape_key()
         shape = self._shapes.get(key)
         if shape is None:
-            shape = _Shape(options, key, options.executor_concurrency())
+            concurrency, limit = options.executor_concurrency(), self._options.max_executors
+            if options.max_concurrency is None and concurrency == DEFAULT_IO_CONCURRENCY:
+                concurrency, limit = light_shape_layout(self._options, self._cluster_cpus())
+            shape = _Shape(options, key, concurrency, limit)
             self._shapes[key] = shape
         self._by_text[options_text] = shape
         return shape
@@ -345,10 +364,27 @@ class ExecutorPool:
             for index in live:
                 if shape.in_flight[index] < shape.concurrency:
                     return index
-        if live and len(live) >= self._options.max_executors:
+        if live and len(live) >= shape.limit:
             return min(live, key=shape.in_flight.__getitem__)
         shape.saw_queueing = False
         return self._start(shape)
+
+    def _cluster_cpus(self) -> int:
+        """The cluster's CPUs, asked once (0 when Ray cannot tell)."""
+        if self._cpus is None:
+            import ray
+
+            try:
+                resources: dict[str, float] = (
+                    ray.cluster_resources()  # type: ignore[no-untyped-call]
+                    if ray.is_initialized()
+                    else {}
+                )
+                cpus = resources.get("CPU", 0)
+            except Exception:  # the GCS is unreachable for a moment: no cap this time
+                return 0
+            self._cpus = int(cpus)
+        return self._cpus
 
     def _start(self, shape: _Shape) -> int:
         """Start (or find, by name) the executor of the first free index."""
@@ -387,6 +423,17 @@ class ExecutorPool:
         else:
             shape.handles[index] = handle
         return index
+
+
+def light_shape_layout(options: ExecutorPoolOptions, cpus: int) -> tuple[int, int]:
+    """(slots per executor, most executors) of a light shape on a cluster of
+    ``cpus`` CPUs (0: unknown, so no cap): at most one executor per CPU, never
+    fewer than ``min_executors``, and as many slots in all as ``max_executors``
+    executors of ``DEFAULT_IO_CONCURRENCY`` would have."""
+    limit = options.max_executors
+    if cpus > 0:
+        limit = max(options.min_executors, min(limit, cpus))
+    return DEFAULT_IO_CONCURRENCY * math.ceil(options.max_executors / limit), limit
 
 
 def _call(handle: Any, batch: list[_Pending]) -> Any:

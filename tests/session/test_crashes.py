@@ -212,3 +212,51 @@ async def test_a_tool_worker_that_never_started_fails_the_call_and_it_may_run_ag
     again = await snapshot_when(sessions, "crash-ack", turn_done(2), timeout=120)
     assert again.messages[-1].text == "pay=echo {}"
     assert [key for _, key in _attempts(state_dir, "pay")] == ["crash-ack/turn-2/c1"]
+
+
+async def test_a_models_commit_carries_the_next_wait_and_a_kill_before_it_runs_the_write_once(
+    engine_factory: Any, state_dir: Path
+) -> None:
+    """``RunModel``'s result and the wait of the Step it creates (``ResumeTurn`` after
+    tool calls, ``AwaitUserMessage`` after the answer) are one commit
+    (``engine/run/_fusion.py``). A host killed before that commit (its model call at
+    a gate) calls the model again, and the single-attempt write it asks for runs
+    once, after; a host killed after it (the write at its gate) is the case above."""
+    options = AgentSessionOptions(
+        tool_policies={"work": ToolPolicy(ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=False)}
+    )
+    flow = build_flow(
+        state_dir,
+        {"go": [Reply(calls=[Call("c1", "work")], model_gate="m1"), Reply()]},
+        {},
+        options=options,
+    )
+    engine = await engine_factory([flow])
+    sessions = AgentSessionClient(engine.client, flow)
+    await sessions.start_session("fused", "go")
+    await FileGate(state_dir, "model-m1").wait_until_reached(timeout=120)
+    await kill_flow_actor(engine, "fused")
+    FileGate(state_dir, "model-m1").release()
+
+    done = await snapshot_when(sessions, "fused", turn_done(1), timeout=120)
+
+    answer = done.messages[-1].text or ""
+    assert answer.startswith("work=") and "unknown" not in answer
+    assert InvocationLog(state_dir / "model.log").entries() == [
+        "turn-1/0/1",
+        "turn-1/0/2",
+        "turn-1/1/1",
+    ]
+    [work] = InvocationLog(state_dir / "work.log").entries()
+    assert work.startswith("c1/1/")
+    history = await engine.client.read_step_history("fused")
+    model_commits = {
+        h.at for h in history if h.event == "step_completed" and h.step_type == "RunModel"
+    }
+    waits = [
+        h
+        for h in history
+        if h.event == "wait_for_completed" and h.step_type in ("ResumeTurn", "AwaitUserMessage")
+    ]
+    assert sorted(h.step_type for h in waits) == ["AwaitUserMessage", "ResumeTurn"]
+    assert all(h.at in model_commits for h in waits), (waits, model_commits)

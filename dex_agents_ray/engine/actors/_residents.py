@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from dex_agents_ray.engine._errors import HostPassivatedError, StoreUnavailableError
 from dex_agents_ray.engine._metrics import record_run_activated, set_resident_runs
@@ -60,6 +61,8 @@ class ResidentRuns:
         self._definitions: dict[tuple[str, str], FlowDefinition] = {}
         self._reloading: dict[str, asyncio.Task[None]] = {}
         self._refused: dict[str, int] = {}
+        self._handle: Any = None
+        """This host's own actor handle, made once (Ray builds a new one per ask)."""
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -124,14 +127,16 @@ class ResidentRuns:
         definition = None
         if loaded is not None:
             definition = await self.definition(loaded.run.flow_type, loaded.run.flow_hash)
-        import ray
+        if self._handle is None:
+            import ray
 
+            self._handle = ray.get_runtime_context().current_actor
         driver = RunDriver(
             store=self._store.runs,
             flow_id=flow_id,
             epoch=epoch,
             definition=definition,
-            host_handle=ray.get_runtime_context().current_actor,
+            host_handle=self._handle,
             streams=self.streams,
             on_stale=lambda: self._count_refusal(flow_id),
             pool=self._pool,

@@ -34,6 +34,7 @@ from dex_agents_ray.engine.run._attempts import (
 )
 from dex_agents_ray.engine.run._decisions import LockTable
 from dex_agents_ray.engine.run._deferred import DeferredCommits, fail
+from dex_agents_ray.engine.run._fusion import fuse_waits
 from dex_agents_ray.engine.run._state import RunState, Tx
 from dex_agents_ray.engine.run._streams import StreamBuffer
 from dex_agents_ray.engine.run._transactions import (
@@ -542,11 +543,14 @@ class RunDriver:
                         stage_execute(tx, item.exec_id, item.result, decode)
                         staged.append(item)
                 if staged:
+                    assert self.definition is not None
                     # In the background only for in-host effect-free Steps (see
                     # ``_transactions.deferrable``).
-                    later = self.definition is not None and deferrable(
+                    later = deferrable(
                         tx, [item.exec_id for item in staged], self.definition.flow.steps
                     )
+                    # The waits of the effect-free Steps it creates ride along.
+                    fuse_waits(tx, self.state, self.definition)
                     await self.commit(tx, deferred=later)
             except BaseException as error:
                 # Every attempt of the batch ends as its own failed commit would have.

@@ -408,6 +408,32 @@ class Tx:
     def channel_empty(self, channel: str) -> bool:
         return not self.queue(channel)
 
+    # -- the run as this transaction leaves it (a wait evaluated inside it) ------------
+
+    def attribute_snapshot(self, loaded_map_keys: Sequence[str]) -> dict[str, bytes]:
+        """``RunState.attribute_snapshot`` with this transaction's writes applied."""
+        snapshot = self._state.attribute_snapshot(loaded_map_keys)
+        upserts, deletes = self.commit.attribute_upserts, self.commit.attribute_deletes
+        if not upserts and not deletes:
+            return snapshot
+        whole_maps = tuple(k for k in loaded_map_keys if k.endswith("/"))
+        instances = {k for k in loaded_map_keys if not k.endswith("/")}
+        for key in deletes:
+            snapshot.pop(key, None)
+        for key, value in upserts.items():
+            if "/" not in key or key in instances or (whole_maps and key.startswith(whole_maps)):
+                snapshot[key] = value
+        return snapshot
+
+    def wait_for_request(self, e: ExecRecord, attempt: int) -> pb.InvokeWaitForMethodRequest:
+        """``RunState.wait_for_request`` (Attributes apart, see ``attribute_snapshot``)
+        with the Channel sizes as staged here; its loaded Channel messages are the
+        stored ones, so only a ``wait_for`` that loads none may use it."""
+        request = self._state.wait_for_request(e, attempt, attributes=False)
+        for name, queue in self._channels.items():
+            request.channel_infos[name].size = len(queue)
+        return request
+
     def satisfy_waits(self, now: float) -> float | None:
         """Make ready, in this transaction, every waiting execution whose
         condition holds against the Channels as staged here (messages go to the

@@ -113,6 +113,9 @@ class StreamBuffer:
     def take(self, flow_id: str) -> list[StreamAppend]:
         """The queued writes of ``flow_id``, for a commit to carry (in order)."""
         self._queued_at.pop(flow_id, None)
+        timer = self._timers.pop(flow_id, None)
+        if timer is not None:
+            timer.cancel()  # the next write starts a linger of its own
         return self._pending.pop(flow_id, [])
 
     def _due(self, flow_id: str) -> None:
@@ -126,13 +129,16 @@ class StreamBuffer:
             return  # a commit took them (almost always)
         loop = asyncio.get_running_loop()
         waited = loop.time() - self._queued_at[flow_id]
-        busy = self._busy is not None and self._busy(flow_id)
-        if (
-            flow_id in self._appending
-            or (busy and waited < self._busy_linger)
-            or (self._committing is not None and self._committing(flow_id))
+        if flow_id in self._appending or (
+            self._committing is not None and self._committing(flow_id)
         ):
             self._timers[flow_id] = loop.call_later(self._linger, self._due, flow_id)
+            return
+        if self._busy is not None and waited < self._busy_linger and self._busy(flow_id):
+            # A busy run's commit takes these as it comes (its Step ends in a commit):
+            # look again once the busy linger is over, not every ``linger``.
+            later = max(self._linger, self._busy_linger - waited)
+            self._timers[flow_id] = loop.call_later(later, self._due, flow_id)
             return
         batch = self.take(flow_id)
         self._appending[flow_id] = loop.create_task(self._append_alone(flow_id, batch))

@@ -12,9 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dex_agents_ray import AgentEventType
 from dex_agents_ray.testing.chaos import ChaosCampaign, FaultKind
 from tests.chaos.agents import TURNS, build_campaign_flow, invocations
+
+pytestmark = pytest.mark.serial  # alone after the parallel run: see scripts/test
 
 SEED = 20
 FAULTS = 25

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.drivers import run_driver
+
+pytestmark = pytest.mark.serial  # alone after the parallel run: see scripts/test
 
 
 async def test_run_moves_to_a_surviving_node(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from dex_agents_ray.testing.chaos import ChaosCampaign, FaultKind
 from tests.chaos.agents import TURNS
 from tests.cluster.drivers import run_driver
 
+pytestmark = pytest.mark.serial  # alone after the parallel run: see scripts/test
+
 FAULTS = 14
 SEED = 5
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.drivers import run_driver
+
+pytestmark = pytest.mark.serial  # alone after the parallel run: see scripts/test
 
 
 async def test_custom_resource_calls_run_on_their_node_and_block_no_other_shape(

@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dex_agents_ray import (
     TOOL_CALL_NOT_RUN_ERROR_PREFIX,
     AgentSessionOptions,
@@ -24,6 +26,8 @@ from dex_agents_ray.pydantic_ai import pydantic_ai_session_flow
 from dex_agents_ray.testing import InvocationLog
 from dex_agents_ray.testing.chaos import ChaosCampaign, FaultKind, ToolInvocation
 from tests.pydantic_ai.agents import CHAOS_TURNS, Deps, chaos_agent
+
+pytestmark = pytest.mark.serial  # alone after the parallel run: see scripts/test
 
 POLICIES = {
     "look": ToolPolicy(ToolEffect.READ),

@@ -11,16 +11,17 @@ result there: one commit instead of two, each Step with its own history entries
 (``step_scheduled``, then ``wait_for_completed``).
 
 The creating commit never waits on its successor. A ``wait_for`` that awaits
-something, raises, writes to a Stream, or returns no condition is dropped
-unstaged, and the Step's task runs it the usual way as its first attempt: a
-failure there is the successor's own, and the commit that created it stands as
-it would have alone. A crash loses both or neither, as it would lose the
-creating commit alone; the successor's evaluation only reads the run, so
-running it again after a reload changes nothing.
+something, raises, or writes to a Stream is dropped unstaged, and the Step's
+task runs it the usual way as its first attempt: a failure there is the
+successor's own, and the commit that created it stands as it would have alone.
+A crash loses both or neither, as it would lose the creating commit alone; the
+successor's evaluation only reads the run, so running it again after a reload
+changes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 from collections.abc import Coroutine
@@ -81,7 +82,7 @@ def _evaluate_now(
     tx: Tx, state: RunState, definition: FlowDefinition, record: ExecRecord
 ) -> pb.InvokeWaitForMethodResponse | None:
     """``record``'s first ``wait_for`` attempt against the run as ``tx`` leaves it,
-    if it completes without awaiting and returns a condition without Stream writes."""
+    if it completes without awaiting, raising or writing to a Stream."""
     options = pb.StepOptions.FromString(record.options)
     loaded = options.wait_for_load_attribute_map_instances
     frames: list[Any] = []
@@ -111,7 +112,7 @@ def _run_without_waiting(coroutine: Coroutine[Any, Any, StepResult]) -> StepResu
     except StopIteration as done:
         result: StepResult = done.value
         return result
-    except Exception:
+    except (Exception, asyncio.CancelledError):  # the task's own attempt will say
         return None
     try:
         context.run(coroutine.close)

@@ -49,41 +49,48 @@ def fuse_waits(tx: Tx, state: RunState, definition: FlowDefinition) -> list[str]
         return []
     fused = []
     for record in tx.new_execs:
-        if not _fusable(record, definition):
+        options = _fusable_options(record, definition)
+        if options is None:
             continue
-        result = _evaluate_now(tx, state, definition, record)
+        result = _evaluate_now(tx, state, definition, record, options)
         if result is not None:
             stage_wait_for(tx, record.exec_id, result)
             fused.append(record.exec_id)
     return fused
 
 
-def _fusable(record: ExecRecord, definition: FlowDefinition) -> bool:
+def _fusable_options(record: ExecRecord, definition: FlowDefinition) -> pb.StepOptions | None:
+    """``record``'s options if its wait may be staged in the creating commit."""
     if record.status is not ExecStatus.WAIT_FOR or record.remote is not None:
-        return False
+        return None
     if record.next_attempt_at is not None:
-        return False
+        return None
     registered = definition.flow.steps.get(record.step_type)
     if registered is None or not is_effect_free(registered.step):
-        return False
-    if not _is_coroutine_function(registered.step.wait_for):
-        return False
-    options = pb.StepOptions.FromString(record.options)
+        return None
+    if not inspect.iscoroutinefunction(registered.step.wait_for):
+        return None  # a sync handler runs in a thread: never twice
+    options: pb.StepOptions = pb.StepOptions.FromString(record.options)
     # Channels a wait_for loads and Attribute locks it takes are read and taken
     # by its own task (the run as stored, under the lock table).
-    return not (
+    if (
         options.wait_for_lock_attribute_keys
         or options.wait_for_load_channel_names
         or options.wait_for_load_channel_map_instances
-    )
+    ):
+        return None
+    return options
 
 
 def _evaluate_now(
-    tx: Tx, state: RunState, definition: FlowDefinition, record: ExecRecord
+    tx: Tx,
+    state: RunState,
+    definition: FlowDefinition,
+    record: ExecRecord,
+    options: pb.StepOptions,
 ) -> pb.InvokeWaitForMethodResponse | None:
     """``record``'s first ``wait_for`` attempt against the run as ``tx`` leaves it,
     if it completes without awaiting, raising or writing to a Stream."""
-    options = pb.StepOptions.FromString(record.options)
     loaded = options.wait_for_load_attribute_map_instances
     frames: list[Any] = []
     coroutine = invoke_step(
@@ -119,7 +126,3 @@ def _run_without_waiting(coroutine: Coroutine[Any, Any, StepResult]) -> StepResu
     except Exception:
         pass  # what a handler does as it is closed is its own; the task runs it again
     return None
-
-
-def _is_coroutine_function(handler: Any) -> bool:
-    return inspect.iscoroutinefunction(handler)
